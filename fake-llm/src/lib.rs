@@ -1,0 +1,424 @@
+//! A scripted OpenAI-compatible chat-completions server.
+//!
+//! Tests queue [`Turn`]s; each `POST /v1/chat/completions` consumes one and replays its
+//! [`Step`]s as real streaming chunks (`data: {...}` lines, then `data: [DONE]`). Every request
+//! body is recorded so tests can assert what the service sent upstream. With an empty queue it
+//! echoes the last user message, which keeps manual runs and benchmarks simple.
+//!
+//! The same server runs in-process (`FakeLlm::start`) for Rust tests and as the `fake-llm`
+//! binary for the client-compatibility suite, driven there through `/control/*`.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// One scripted reply to one chat-completions request.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Turn {
+    pub steps: Vec<Step>,
+}
+
+/// One thing the fake upstream does while answering.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Step {
+    /// Reply with this HTTP status and JSON body instead of a stream (must come first).
+    Status { status: u16, body: Value },
+    /// Wait before the next step (before the response headers when it comes first).
+    Delay { ms: u64 },
+    /// One chunk carrying a content delta.
+    Text { text: String },
+    /// One chunk carrying a reasoning delta (`delta.reasoning_content`).
+    Reasoning { text: String },
+    /// The first chunk of a tool call: its id, name and the start of its arguments.
+    ToolCall {
+        index: u32,
+        id: String,
+        name: String,
+        #[serde(default)]
+        arguments: String,
+    },
+    /// A further chunk of a tool call's arguments.
+    ToolArgs { index: u32, arguments: String },
+    /// A chunk with `finish_reason` set.
+    Finish { reason: String },
+    /// The usage chunk (`choices: []`), as sent with `stream_options.include_usage`.
+    Usage {
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        #[serde(default)]
+        cached_tokens: u64,
+        #[serde(default)]
+        reasoning_tokens: u64,
+    },
+    /// Drop the connection here, without `[DONE]`.
+    Cut,
+    /// Stop sending but keep the connection open until the client goes away.
+    Hang,
+}
+
+impl Turn {
+    /// A text answer streamed as one delta per word, with `stop` and usage.
+    pub fn text(text: &str) -> Turn {
+        let mut steps: Vec<Step> = split_words(text)
+            .into_iter()
+            .map(|word| Step::Text { text: word })
+            .collect();
+        steps.push(Step::Finish {
+            reason: "stop".into(),
+        });
+        steps.push(Step::Usage {
+            prompt_tokens: 10,
+            completion_tokens: steps.len() as u64 - 1,
+            cached_tokens: 0,
+            reasoning_tokens: 0,
+        });
+        Turn { steps }
+    }
+
+    /// An HTTP error reply.
+    pub fn error(status: u16, message: &str) -> Turn {
+        Turn {
+            steps: vec![Step::Status {
+                status,
+                body: json!({"error": {"message": message, "type": "server_error", "code": null}}),
+            }],
+        }
+    }
+
+    /// One tool call with the given arguments, then `tool_calls`.
+    pub fn tool_call(id: &str, name: &str, arguments: &str) -> Turn {
+        Turn::tool_calls(&[(id, name, arguments)])
+    }
+
+    /// Several tool calls in one turn, each argument string sent in two chunks.
+    pub fn tool_calls(calls: &[(&str, &str, &str)]) -> Turn {
+        let mut steps = Vec::new();
+        for (index, (id, name, arguments)) in calls.iter().enumerate() {
+            let split = arguments.len() / 2;
+            let split = (0..=split)
+                .rev()
+                .find(|i| arguments.is_char_boundary(*i))
+                .unwrap_or(0);
+            steps.push(Step::ToolCall {
+                index: index as u32,
+                id: (*id).into(),
+                name: (*name).into(),
+                arguments: arguments[..split].into(),
+            });
+            steps.push(Step::ToolArgs {
+                index: index as u32,
+                arguments: arguments[split..].into(),
+            });
+        }
+        steps.push(Step::Finish {
+            reason: "tool_calls".into(),
+        });
+        steps.push(Step::Usage {
+            prompt_tokens: 10,
+            completion_tokens: 5,
+            cached_tokens: 0,
+            reasoning_tokens: 0,
+        });
+        Turn { steps }
+    }
+
+    /// Prepends a delay before anything is sent.
+    pub fn delayed(mut self, ms: u64) -> Turn {
+        self.steps.insert(0, Step::Delay { ms });
+        self
+    }
+
+    /// Sets a delay between consecutive chunks.
+    pub fn paced(self, ms: u64) -> Turn {
+        let mut steps = Vec::with_capacity(self.steps.len() * 2);
+        for step in self.steps {
+            if !steps.is_empty() {
+                steps.push(Step::Delay { ms });
+            }
+            steps.push(step);
+        }
+        Turn { steps }
+    }
+}
+
+fn split_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    for ch in text.chars() {
+        if ch == ' ' && !current.is_empty() {
+            words.push(std::mem::take(&mut current));
+        }
+        current.push(ch);
+    }
+    if !current.is_empty() {
+        words.push(current);
+    }
+    words
+}
+
+#[derive(Default)]
+struct Script {
+    turns: VecDeque<Turn>,
+    requests: Vec<Value>,
+}
+
+#[derive(Clone, Default)]
+struct Shared {
+    script: Arc<Mutex<Script>>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
+        // A panicking test thread must not poison the script for everyone else.
+        self.script.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running fake upstream; dropping it stops the server.
+pub struct FakeLlm {
+    addr: SocketAddr,
+    shared: Shared,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl FakeLlm {
+    /// Starts on `127.0.0.1:0`.
+    pub async fn start() -> std::io::Result<FakeLlm> {
+        FakeLlm::start_on("127.0.0.1:0").await
+    }
+
+    /// Starts on the given address.
+    pub async fn start_on(addr: &str) -> std::io::Result<FakeLlm> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let shared = Shared::default();
+        let app = router(shared.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(FakeLlm {
+            addr,
+            shared,
+            _shutdown: tx,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL to configure as the provider's `base_url` (ends in `/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Queues one turn.
+    pub fn push(&self, turn: Turn) {
+        self.shared.lock().turns.push_back(turn);
+    }
+
+    /// The request bodies received so far, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// How many turns are still queued.
+    pub fn pending(&self) -> usize {
+        self.shared.lock().turns.len()
+    }
+}
+
+/// The fake's router: chat completions, models and the control API.
+fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/control/turns", post(push_turns))
+        .route("/control/requests", get(list_requests))
+        .route("/control/reset", post(reset))
+        .with_state(shared)
+}
+
+/// Serves forever on `addr`, printing `listening on http://ADDR` once bound.
+pub async fn serve(addr: &str) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, router(Shared::default())).await
+}
+
+async fn models() -> Json<Value> {
+    Json(
+        json!({"object": "list", "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "fake"}]}),
+    )
+}
+
+async fn push_turns(State(shared): State<Shared>, Json(turns): Json<Vec<Turn>>) -> StatusCode {
+    shared.lock().turns.extend(turns);
+    StatusCode::NO_CONTENT
+}
+
+async fn list_requests(State(shared): State<Shared>) -> Json<Vec<Value>> {
+    Json(shared.lock().requests.clone())
+}
+
+async fn reset(State(shared): State<Shared>) -> StatusCode {
+    let mut script = shared.lock();
+    script.turns.clear();
+    script.requests.clear();
+    StatusCode::NO_CONTENT
+}
+
+async fn chat_completions(State(shared): State<Shared>, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let turn = {
+        let mut script = shared.lock();
+        script.requests.push(request.clone());
+        script.turns.pop_front()
+    };
+    let turn = turn.unwrap_or_else(|| Turn::text(&format!("Echo: {}", last_user_text(&request))));
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("fake")
+        .to_string();
+
+    let mut steps: VecDeque<Step> = turn.steps.into();
+    // Leading delays hold back the headers: that is how a slow first byte looks.
+    while let Some(Step::Delay { ms }) = steps.front() {
+        tokio::time::sleep(Duration::from_millis(*ms)).await;
+        steps.pop_front();
+    }
+    if let Some(Step::Status { status, body }) = steps.front() {
+        let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, Json(body.clone())).into_response();
+    }
+
+    let stream = async_stream(steps, model);
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn last_user_text(request: &Value) -> String {
+    let Some(messages) = request.get("messages").and_then(Value::as_array) else {
+        return String::new();
+    };
+    let Some(user) = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+    else {
+        return String::new();
+    };
+    match user.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
+}
+
+/// Replays steps as SSE chunks. A `Cut` ends the body with an error, which hyper turns into
+/// an aborted connection; a `Hang` never ends.
+fn async_stream(
+    steps: VecDeque<Step>,
+    model: String,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::spawn(async move {
+        let chunk = |delta: Value, finish: Option<&str>| {
+            json!({
+                "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            })
+        };
+        let mut first = true;
+        for step in steps {
+            let data = match step {
+                Step::Delay { ms } => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    continue;
+                }
+                Step::Status { .. } => continue,
+                Step::Text { text } => {
+                    let mut delta = json!({"content": text});
+                    if first {
+                        delta["role"] = json!("assistant");
+                    }
+                    chunk(delta, None)
+                }
+                Step::Reasoning { text } => chunk(json!({"reasoning_content": text}), None),
+                Step::ToolCall {
+                    index,
+                    id,
+                    name,
+                    arguments,
+                } => chunk(
+                    json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                        "function": {"name": name, "arguments": arguments}}]}),
+                    None,
+                ),
+                Step::ToolArgs { index, arguments } => chunk(
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}),
+                    None,
+                ),
+                Step::Finish { reason } => chunk(json!({}), Some(&reason)),
+                Step::Usage {
+                    prompt_tokens,
+                    completion_tokens,
+                    cached_tokens,
+                    reasoning_tokens,
+                } => json!({
+                    "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                    "model": model, "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": completion_tokens,
+                        "total_tokens": prompt_tokens + completion_tokens,
+                        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+                        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+                    },
+                }),
+                Step::Cut => {
+                    let _ = tx.send(Err(std::io::Error::other("scripted cut"))).await;
+                    return;
+                }
+                Step::Hang => {
+                    tx.closed().await;
+                    return;
+                }
+            };
+            first = false;
+            if tx
+                .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

@@ -1,0 +1,110 @@
+//! HTTP: thin axum handlers that parse, call the engine and render. No SQL here.
+
+mod extract;
+mod responses;
+pub mod sse;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use crate::engine::{Engine, EngineError};
+use crate::error::ApiError;
+use crate::protocol::response::{Model, ModelList};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub body_limit: usize,
+    pub heartbeat: Duration,
+}
+
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.body_limit;
+    Router::new()
+        .route("/v1/responses", axum::routing::post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items),
+        )
+        .route("/v1/models", get(models))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
+        .with_state(state)
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    ApiError::Internal(anyhow::anyhow!("a request handler panicked")).into_response()
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("Invalid URL ({method} {})", uri.path()))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+async fn models(State(state): State<AppState>) -> axum::Json<ModelList> {
+    let data = state
+        .engine
+        .models()
+        .iter()
+        .map(|(id, provider)| Model {
+            id: id.clone(),
+            object: "model",
+            created: 0,
+            owned_by: provider.clone(),
+        })
+        .collect();
+    axum::Json(ModelList {
+        object: "list",
+        data,
+    })
+}
+
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let store = state.engine.store();
+    match store.ping().await {
+        Ok(()) => Ok(axum::Json(
+            json!({"status": "ready", "database": store.backend()}),
+        )),
+        Err(e) => Err(ApiError::Unavailable(format!("database not ready: {e}"))),
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::Invalid(field, code) => ApiError::InvalidRequest {
+                message: field.message,
+                param: (!field.param.is_empty()).then_some(field.param),
+                code: code.map(str::to_string),
+            },
+            EngineError::NotFound(id) => ApiError::response_not_found(&id),
+            EngineError::ShuttingDown => ApiError::Unavailable(
+                "The service is shutting down; retry on another instance.".into(),
+            ),
+            EngineError::Store(e) => ApiError::Internal(e.into()),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! `/v1/responses` handlers.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::extract::{ApiJson, ApiQuery};
+use super::sse;
+use crate::error::ApiError;
+use crate::llm::LlmError;
+use crate::protocol::items::Item;
+use crate::protocol::request::{CreateResponse, ListInputItems, RetrieveResponse};
+use crate::protocol::response::{Deleted, List};
+use crate::store::{DEFAULT_TENANT, ItemPage};
+
+/// `POST /v1/responses`
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<CreateResponse>,
+) -> Result<Response, ApiError> {
+    let started = state.engine.create(DEFAULT_TENANT, request).await?;
+    if let Some(events) = started.events {
+        return Ok(sse::response(events, state.heartbeat));
+    }
+    // The run goes on if this client goes away: the task owns it, not this future.
+    let outcome = started.outcome.await.map_err(|_| {
+        ApiError::Internal(anyhow::anyhow!(
+            "run {} ended without an outcome",
+            started.id
+        ))
+    })?;
+    if let Some(failure) = outcome.upstream_failure {
+        return Err(upstream_error(&started.id, failure));
+    }
+    Ok(Json(outcome.response).into_response())
+}
+
+/// An upstream failure before any stream: 504 for timeouts, 502 otherwise (SPEC §10).
+fn upstream_error(response_id: &str, error: LlmError) -> ApiError {
+    let message = format!("{error} (response {response_id} is stored as failed)");
+    match error {
+        LlmError::Timeout { .. } => ApiError::UpstreamTimeout { message },
+        other => ApiError::Upstream {
+            message,
+            code: other.code().into(),
+        },
+    }
+}
+
+/// `GET /v1/responses/{id}`, or its event log with `?stream=true`.
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<RetrieveResponse>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if query.stream == Some(true) {
+        let after = match query.starting_after {
+            Some(n) => Some(n),
+            None => last_event_id(&headers)?,
+        };
+        let events = state.engine.follow(DEFAULT_TENANT, &id, after).await?;
+        return Ok(sse::response(events, state.heartbeat));
+    }
+    Ok(Json(state.engine.get(DEFAULT_TENANT, &id).await?).into_response())
+}
+
+/// `Last-Event-ID` works like `starting_after` (SPEC §7).
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "Last-Event-ID",
+                "Invalid 'Last-Event-ID' header: expected a sequence number.",
+            )
+        })
+}
+
+/// `DELETE /v1/responses/{id}`
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Deleted>, ApiError> {
+    state.engine.delete(DEFAULT_TENANT, &id).await?;
+    Ok(Json(Deleted {
+        id,
+        object: "response",
+        deleted: true,
+    }))
+}
+
+/// `GET /v1/responses/{id}/input_items`
+pub async fn input_items(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<ListInputItems>,
+) -> Result<Json<List<Item>>, ApiError> {
+    let limit = match query.limit.as_deref() {
+        None => 20,
+        Some(text) => match text.parse::<u32>() {
+            Ok(n) if (1..=100).contains(&n) => n,
+            _ => {
+                return Err(ApiError::invalid(
+                    "limit",
+                    format!(
+                        "Invalid 'limit': expected an integer between 1 and 100, but got '{text}' instead."
+                    ),
+                ));
+            }
+        },
+    };
+    let descending = match query.order.as_deref() {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "order",
+                format!("Invalid value: '{other}'. Supported values are: 'asc' and 'desc'."),
+            ));
+        }
+    };
+    let page = ItemPage {
+        limit,
+        descending,
+        after: query.after,
+    };
+    let (items, has_more) = state.engine.input_items(DEFAULT_TENANT, &id, &page).await?;
+    Ok(Json(List {
+        object: "list",
+        first_id: items.first().map(|i| i.id().to_string()),
+        last_id: items.last().map(|i| i.id().to_string()),
+        data: items,
+        has_more,
+    }))
+}

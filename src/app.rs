@@ -1,0 +1,148 @@
+//! The application: built from a configuration, bound to a listener (port 0 works in tests),
+//! served until a shutdown signal, then stopped in a fixed order.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{AppState, router};
+use crate::config::Config;
+use crate::engine::hub::{EventHub, HubWriter};
+use crate::engine::{Engine, EngineSettings};
+use crate::llm::ModelRouter;
+use crate::store;
+
+/// How long a run's lease holds without renewal; renewed every third of it.
+const LEASE_TTL: Duration = Duration::from_secs(30);
+/// After the runs stop, how long open connections get to finish their last bytes.
+const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
+
+pub struct Application {
+    listener: TcpListener,
+    addr: SocketAddr,
+    engine: Engine,
+    writer: HubWriter,
+    router: axum::Router,
+    grace: Duration,
+}
+
+impl Application {
+    /// Opens the database (applying migrations), recovers runs left behind by a previous
+    /// process, and binds the listener.
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        let store = store::connect(&config.database.url, config.database.max_connections)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the database {}",
+                    redact_url(&config.database.url)
+                )
+            })?;
+        let models = ModelRouter::from_config(&config)?;
+        let (hub, writer) = EventHub::start(store.clone(), config.runs.event_batch_max);
+        let settings = EngineSettings {
+            instance_id: uuid::Uuid::now_v7().simple().to_string(),
+            lease_ttl: LEASE_TTL,
+        };
+        let engine = Engine::new(store.clone(), hub, models, settings);
+        // One process owns an SQLite file, so whatever it finds unfinished was abandoned.
+        let recovered = engine
+            .recover_abandoned(store.backend() == "sqlite")
+            .await?;
+        if recovered > 0 {
+            tracing::warn!(
+                runs = recovered,
+                "failed runs left unfinished by a previous process"
+            );
+        }
+        engine.start_maintenance();
+
+        let address = format!("{}:{}", config.server.host, config.server.port);
+        let listener = TcpListener::bind(&address)
+            .await
+            .with_context(|| format!("cannot listen on {address}"))?;
+        let addr = listener.local_addr()?;
+        let state = AppState {
+            engine: engine.clone(),
+            body_limit: config.server.body_limit_bytes,
+            heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
+        };
+        Ok(Application {
+            listener,
+            addr,
+            engine,
+            writer,
+            router: router(state),
+            grace: Duration::from_secs(config.server.shutdown_grace_seconds),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `signal` resolves, then shuts down:
+    /// 1. stop accepting connections;
+    /// 2. let running runs finish within the grace period, then cancel and fail the rest;
+    /// 3. give open connections a moment to send their last events;
+    /// 4. drain the event writer so every emitted event is stored.
+    pub async fn run_until(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        tracing::info!(address = %self.addr, "listening");
+        let stop_accepting = CancellationToken::new();
+        let listener = self.listener.tap_io(|tcp| {
+            // Every event leaves at once instead of waiting for a delayed ACK.
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
+        let server = axum::serve(listener, self.router)
+            .with_graceful_shutdown(stop_accepting.clone().cancelled_owned());
+        let mut server = tokio::spawn(async move { server.await });
+
+        tokio::select! {
+            _ = signal => {}
+            result = &mut server => {
+                // The server stopped by itself: that is an error worth surfacing.
+                result??;
+                anyhow::bail!("the HTTP server stopped unexpectedly");
+            }
+        }
+        tracing::info!(grace_seconds = self.grace.as_secs(), "shutting down");
+        stop_accepting.cancel();
+        self.engine.shutdown(self.grace).await;
+        if tokio::time::timeout(CONNECTION_DRAIN, &mut server)
+            .await
+            .is_err()
+        {
+            tracing::warn!("closing connections still open after the runs stopped");
+            server.abort();
+        }
+        let hub: EventHub = self.engine.hub().clone();
+        drop(self.engine);
+        self.writer.finish(hub).await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// A database URL without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,224 @@
+//! Typed settings: `config/default.toml` (compiled in) < `--config PATH` < `SWITCHYARD__…`
+//! environment variables (SPEC §11). Secrets are wrapped in [`Secret`] so that neither logs
+//! nor `check-config` ever print them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// The defaults, compiled into the binary so it runs from any directory.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    /// The default provider.
+    pub llm: LlmConfig,
+    /// Named providers, each routing its own `models`.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub runs: RunsConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct ServerConfig {
+    pub host: String,
+    pub port: u16,
+    pub body_limit_bytes: usize,
+    pub shutdown_grace_seconds: u64,
+    pub heartbeat_seconds: u64,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct DatabaseConfig {
+    pub url: String,
+    pub max_connections: u32,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct LlmConfig {
+    #[serde(flatten)]
+    pub provider: ProviderConfig,
+    pub connect_timeout_ms: u64,
+    pub first_byte_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct ProviderConfig {
+    pub base_url: Option<String>,
+    pub api_key: Option<Secret>,
+    /// The name of an environment variable holding the key.
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct RunsConfig {
+    pub event_batch_max: usize,
+}
+
+/// A secret value: shown as `***` by `Debug` and `Serialize`.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("***")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("configuration file {0} does not exist")]
+    MissingFile(String),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+/// A provider with everything resolved: where to send requests and with which key.
+#[derive(Clone, Debug)]
+pub struct ResolvedProvider {
+    pub name: String,
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    pub models: Vec<String>,
+}
+
+impl Config {
+    /// Loads the defaults, the optional file, then the environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::load_with_env(path, Env::prefixed("SWITCHYARD__").split("__"))
+    }
+
+    /// Loads the defaults and the given overrides only (tests use this to stay independent
+    /// of the process environment).
+    pub fn load_with_env(path: Option<&Path>, env: Env) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = path {
+            if !path.exists() {
+                return Err(ConfigError::MissingFile(path.display().to_string()));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        let config: Config = figment.merge(env).extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The defaults alone.
+    pub fn defaults() -> Result<Config, ConfigError> {
+        Config::load_with_env(None, Env::raw().only(&[]))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let url = &self.database.url;
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres:")
+            || url.starts_with("postgresql:"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "database.url must start with sqlite:// or postgres://, got {url:?}"
+            )));
+        }
+        if self.server.body_limit_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.body_limit_bytes must be positive".into(),
+            ));
+        }
+        if self.runs.event_batch_max == 0 {
+            return Err(ConfigError::Invalid(
+                "runs.event_batch_max must be positive".into(),
+            ));
+        }
+        let mut owner: BTreeMap<String, String> = BTreeMap::new();
+        for provider in self.provider_list() {
+            for model in &provider.models {
+                if model == "*" {
+                    continue;
+                }
+                if let Some(first) = owner.insert(model.clone(), provider.name.clone()) {
+                    return Err(ConfigError::Invalid(format!(
+                        "model {model:?} is routed by both providers {first:?} and {:?}",
+                        provider.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn provider_list(&self) -> Vec<ResolvedProvider> {
+        let mut list = vec![resolve("default", &self.llm.provider, true)];
+        for (name, provider) in &self.providers {
+            list.push(resolve(name, provider, false));
+        }
+        list
+    }
+
+    /// Every provider with its URL and key resolved; the default provider first.
+    pub fn providers(&self) -> Vec<ResolvedProvider> {
+        self.provider_list()
+    }
+
+    /// The effective configuration as TOML, secrets redacted (for `check-config`).
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        // Show the resolved default provider so operators see where requests will go.
+        let default = resolve("default", &self.llm.provider, true);
+        shown.llm.provider.base_url = Some(default.base_url);
+        shown.llm.provider.api_key = default.api_key;
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}"))
+    }
+}
+
+fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedProvider {
+    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    let base_url = provider
+        .base_url
+        .clone()
+        .or_else(|| is_default.then(|| env("OPENAI_BASE_URL")).flatten())
+        .unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string());
+    let api_key = provider
+        .api_key
+        .clone()
+        .or_else(|| provider.api_key_env.as_deref().and_then(env).map(Secret))
+        .or_else(|| {
+            is_default
+                .then(|| env("OPENAI_API_KEY").map(Secret))
+                .flatten()
+        });
+    ResolvedProvider {
+        name: name.to_string(),
+        base_url: base_url.trim_end_matches('/').to_string(),
+        api_key,
+        models: provider.models.clone(),
+    }
+}

@@ -1,0 +1,53 @@
+//! `EventEmitter`: numbers a run's events, serialises each once, and hands it to the hub.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::hub::EventHub;
+use crate::protocol::events::Event;
+use crate::store::{EventRecord, StoreError};
+
+pub struct EventEmitter {
+    hub: EventHub,
+    response_id: Arc<str>,
+    tenant_id: Arc<str>,
+    next_sequence: u64,
+}
+
+impl EventEmitter {
+    /// An emitter continuing a log whose next sequence number is `next_sequence`.
+    pub fn new(
+        hub: EventHub,
+        response_id: Arc<str>,
+        tenant_id: Arc<str>,
+        next_sequence: u64,
+    ) -> Self {
+        EventEmitter {
+            hub,
+            response_id,
+            tenant_id,
+            next_sequence,
+        }
+    }
+
+    /// Sends the event with the next sequence number; returns that number.
+    pub async fn emit(&mut self, event: Event) -> u64 {
+        let sequence_number = self.next_sequence;
+        self.next_sequence += 1;
+        let record = EventRecord {
+            response_id: self.response_id.clone(),
+            tenant_id: self.tenant_id.clone(),
+            sequence_number,
+            event_type: Cow::Borrowed(event.kind()),
+            data: Arc::from(event.to_json(sequence_number)),
+            created_at: crate::engine::now_ms(),
+        };
+        self.hub.send(Arc::new(record)).await;
+        sequence_number
+    }
+
+    /// Waits until everything emitted so far is stored.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.hub.flush(self.response_id.clone()).await
+    }
+}

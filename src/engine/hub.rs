@@ -1,0 +1,313 @@
+//! The event hub: every run's events go through one writer task that commits them to the
+//! store in batches (group commit across runs) and only then publishes them to live
+//! subscribers — an event is persisted before anyone can see it.
+//!
+//! Subscribers follow a run from any sequence number: they read the stored backlog, then the
+//! live channel, and fill any gap (a lagging receiver) from the store, so a reader never misses
+//! or repeats an event.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::protocol::events::is_terminal;
+use crate::store::{EventRecord, RunStore, StoreError};
+
+/// Events buffered per live channel before a slow subscriber falls back to the store.
+const LIVE_CAPACITY: usize = 1024;
+/// Events read from the store per query when replaying.
+const REPLAY_PAGE: u32 = 1000;
+/// Queued events before emitters wait for the writer (back-pressure).
+const QUEUE_CAPACITY: usize = 16 * 1024;
+/// Delays between attempts to write a batch.
+const RETRY_DELAYS_MS: [u64; 3] = [10, 100, 500];
+
+enum Command {
+    Event(Arc<EventRecord>),
+    /// Answered once everything queued before it for this run is written (or failed).
+    Flush(Arc<str>, oneshot::Sender<Result<(), StoreError>>),
+    /// Ends the run's live channel after everything queued before it.
+    Close(Arc<str>),
+}
+
+type Channels = Arc<Mutex<HashMap<Arc<str>, broadcast::Sender<Arc<EventRecord>>>>>;
+
+#[derive(Clone)]
+pub struct EventHub {
+    queue: mpsc::Sender<Command>,
+    channels: Channels,
+    store: Arc<dyn RunStore>,
+}
+
+/// Stops the writer after draining its queue.
+pub struct HubWriter {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HubWriter {
+    /// Waits until every queued event is written. Call after the last emitter is gone.
+    pub async fn finish(self, hub: EventHub) {
+        drop(hub);
+        let _ = self.task.await;
+    }
+}
+
+impl EventHub {
+    /// Starts the writer task; it ends when every `EventHub` clone is dropped.
+    pub fn start(store: Arc<dyn RunStore>, batch_max: usize) -> (EventHub, HubWriter) {
+        let (queue, commands) = mpsc::channel(QUEUE_CAPACITY);
+        let channels: Channels = Arc::default();
+        let task = tokio::spawn(write_loop(
+            commands,
+            store.clone(),
+            channels.clone(),
+            batch_max.max(1),
+        ));
+        (
+            EventHub {
+                queue,
+                channels,
+                store,
+            },
+            HubWriter { task },
+        )
+    }
+
+    fn channels(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, broadcast::Sender<Arc<EventRecord>>>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens the live channel of a run about to execute here.
+    pub fn open(&self, response_id: &Arc<str>) {
+        self.channels()
+            .entry(response_id.clone())
+            .or_insert_with(|| broadcast::channel(LIVE_CAPACITY).0);
+    }
+
+    /// Closes the run's live channel once its queued events are published.
+    pub async fn close(&self, response_id: Arc<str>) {
+        let _ = self.queue.send(Command::Close(response_id)).await;
+    }
+
+    pub async fn send(&self, event: Arc<EventRecord>) {
+        // The writer only stops after every hub clone is dropped, so this cannot fail while
+        // an emitter holds one.
+        let _ = self.queue.send(Command::Event(event)).await;
+    }
+
+    /// Waits until the run's events sent so far are durable.
+    pub async fn flush(&self, response_id: Arc<str>) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.queue
+            .send(Command::Flush(response_id, tx))
+            .await
+            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?
+    }
+
+    /// Whether the run has a live channel on this instance.
+    pub fn is_live(&self, response_id: &str) -> bool {
+        self.channels().contains_key(response_id)
+    }
+
+    /// The run's events after `after` (from the start with `None`): the stored ones, then
+    /// live ones until a terminal event, or until the run stops executing here.
+    pub fn follow(
+        &self,
+        response_id: Arc<str>,
+        after: Option<u64>,
+    ) -> impl Stream<Item = Result<Arc<EventRecord>, StoreError>> + Send + 'static {
+        // Subscribe before reading the backlog so nothing falls between the two.
+        let live = self
+            .channels()
+            .get(&response_id)
+            .map(broadcast::Sender::subscribe);
+        let follower = Follower {
+            store: self.store.clone(),
+            response_id,
+            next: after.map_or(0, |n| n + 1),
+            live,
+            buffer: std::collections::VecDeque::new(),
+            check_store: true,
+            ended: false,
+        };
+        futures_util::stream::unfold(follower, |mut f| async move {
+            match f.next().await {
+                Ok(Some(event)) => Some((Ok(event), f)),
+                Ok(None) => None,
+                Err(e) => {
+                    f.ended = true;
+                    Some((Err(e), f))
+                }
+            }
+        })
+    }
+}
+
+struct Follower {
+    store: Arc<dyn RunStore>,
+    response_id: Arc<str>,
+    /// The next sequence number the reader expects.
+    next: u64,
+    live: Option<broadcast::Receiver<Arc<EventRecord>>>,
+    buffer: std::collections::VecDeque<Arc<EventRecord>>,
+    /// Whether the store may hold events the reader has not seen (at the start, after a gap).
+    check_store: bool,
+    ended: bool,
+}
+
+impl Follower {
+    async fn next(&mut self) -> Result<Option<Arc<EventRecord>>, StoreError> {
+        loop {
+            if let Some(event) = self.buffer.pop_front() {
+                return Ok(Some(self.deliver(event)));
+            }
+            if self.ended {
+                return Ok(None);
+            }
+            // Whatever is stored beyond `next` first (the backlog, or a gap).
+            if self.check_store {
+                if self.fill_from_store().await? {
+                    continue;
+                }
+                self.check_store = false;
+            }
+            let Some(live) = &mut self.live else {
+                // Not executing here: the stored log is all there is.
+                self.ended = true;
+                continue;
+            };
+            match live.recv().await {
+                Ok(event) if event.sequence_number < self.next => {}
+                Ok(event) if event.sequence_number == self.next => {
+                    return Ok(Some(self.deliver(event)));
+                }
+                // A gap (the receiver lagged or subscribed late): the store has the rest.
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.check_store = true,
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.live = None;
+                    self.check_store = true;
+                }
+            }
+        }
+    }
+
+    /// Reads stored events from `next` into the buffer; true when it found any.
+    async fn fill_from_store(&mut self) -> Result<bool, StoreError> {
+        let after = self.next.checked_sub(1);
+        let events = self
+            .store
+            .events_after(&self.response_id, after, REPLAY_PAGE)
+            .await?;
+        let found = !events.is_empty();
+        self.buffer.extend(events.into_iter().map(Arc::new));
+        Ok(found)
+    }
+
+    fn deliver(&mut self, event: Arc<EventRecord>) -> Arc<EventRecord> {
+        self.next = event.sequence_number + 1;
+        if is_terminal(&event.event_type) {
+            self.ended = true;
+            self.buffer.clear();
+        }
+        event
+    }
+}
+
+async fn write_loop(
+    mut commands: mpsc::Receiver<Command>,
+    store: Arc<dyn RunStore>,
+    channels: Channels,
+    batch_max: usize,
+) {
+    let mut failed: HashSet<Arc<str>> = HashSet::new();
+    let mut batch: Vec<Command> = Vec::with_capacity(batch_max);
+    while commands.recv_many(&mut batch, batch_max).await > 0 {
+        let events: Vec<EventRecord> = batch
+            .iter()
+            .filter_map(|c| match c {
+                Command::Event(e) => Some(EventRecord::clone(e)),
+                _ => None,
+            })
+            .collect();
+        let lost = write_batch(&*store, &events).await;
+        failed.extend(lost.iter().cloned());
+        let channels_now = {
+            let guard = channels.lock().unwrap_or_else(|e| e.into_inner());
+            guard.clone()
+        };
+        for command in batch.drain(..) {
+            match command {
+                Command::Event(event) => {
+                    if lost.contains(&event.response_id) {
+                        continue;
+                    }
+                    if let Some(channel) = channels_now.get(&event.response_id) {
+                        // No receivers is fine: nobody is watching.
+                        let _ = channel.send(event);
+                    }
+                }
+                Command::Flush(id, reply) => {
+                    let result = if failed.remove(&id) {
+                        Err(StoreError::Database(format!(
+                            "events of {id} could not be written"
+                        )))
+                    } else {
+                        Ok(())
+                    };
+                    let _ = reply.send(result);
+                }
+                Command::Close(id) => {
+                    failed.remove(&id);
+                    channels
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&id);
+                }
+            }
+        }
+    }
+}
+
+/// Writes a batch with retries; if it still fails, writes run by run so that one run's bad
+/// event cannot lose the others'. Returns the runs whose events were lost.
+async fn write_batch(store: &dyn RunStore, events: &[EventRecord]) -> HashSet<Arc<str>> {
+    if events.is_empty() || write_with_retries(store, events).await.is_ok() {
+        return HashSet::new();
+    }
+    let mut by_run: HashMap<Arc<str>, Vec<EventRecord>> = HashMap::new();
+    for event in events {
+        by_run
+            .entry(event.response_id.clone())
+            .or_default()
+            .push(event.clone());
+    }
+    let mut lost = HashSet::new();
+    for (id, events) in by_run {
+        if let Err(e) = store.append_events(&events).await {
+            tracing::error!(response_id = %id, error = %e, "events could not be stored");
+            lost.insert(id);
+        }
+    }
+    lost
+}
+
+async fn write_with_retries(
+    store: &dyn RunStore,
+    events: &[EventRecord],
+) -> Result<(), StoreError> {
+    let mut result = store.append_events(events).await;
+    for delay in RETRY_DELAYS_MS {
+        let Err(e) = &result else { break };
+        tracing::warn!(error = %e, events = events.len(), "writing events failed; retrying");
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        result = store.append_events(events).await;
+    }
+    result
+}

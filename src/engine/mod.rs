@@ -1,0 +1,535 @@
+//! The engine: creates runs, executes them on tracked tasks (not tied to any HTTP connection),
+//! and answers questions about them. It knows nothing of axum; the api layer maps
+//! [`EngineError`] to HTTP.
+
+pub mod emitter;
+pub mod hub;
+mod run;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::Stream;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::llm::{LlmError, ModelRouter};
+use crate::protocol::ids;
+use crate::protocol::items::{Item, ItemStatus};
+use crate::protocol::request::{CreateResponse, FieldError};
+use crate::protocol::response::{ResponseError, ResponseObject, ResponseStatus};
+use crate::store::{EventRecord, ItemPage, NewRun, RunState, RunStore, StoreError, StoredRun};
+use emitter::EventEmitter;
+use hub::EventHub;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// How far chains of `previous_response_id` are followed.
+const MAX_CHAIN_DEPTH: usize = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{}", .0.message)]
+    Invalid(FieldError, Option<&'static str>),
+    #[error("response {0} not found")]
+    NotFound(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<FieldError> for EngineError {
+    fn from(e: FieldError) -> EngineError {
+        EngineError::Invalid(e, None)
+    }
+}
+
+/// How a run ended, for a client waiting without a stream.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub response: ResponseObject,
+    /// The upstream failure that ended the run, if that is how it ended.
+    pub upstream_failure: Option<LlmError>,
+}
+
+/// A run that has started.
+pub struct StartedRun {
+    pub id: String,
+    /// Its events from the first, when the client asked for a stream.
+    pub events: Option<EventStream>,
+    /// Resolves when the run stops.
+    pub outcome: oneshot::Receiver<RunOutcome>,
+}
+
+pub type EventStream =
+    std::pin::Pin<Box<dyn Stream<Item = Result<Arc<EventRecord>, StoreError>> + Send>>;
+
+#[derive(Clone, Debug)]
+pub struct EngineSettings {
+    /// This process's identity as a lease holder.
+    pub instance_id: String,
+    /// How long a lease holds without renewal.
+    pub lease_ttl: Duration,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn RunStore>,
+    hub: EventHub,
+    models: ModelRouter,
+    settings: EngineSettings,
+    /// Run tasks; waited for at shutdown.
+    runs: TaskTracker,
+    /// Cancelled when the grace period is over: running runs stop and fail.
+    stop_runs: CancellationToken,
+    /// Cancelled at the very end: background maintenance stops.
+    stop_maintenance: CancellationToken,
+    maintenance: TaskTracker,
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        hub: EventHub,
+        models: ModelRouter,
+        settings: EngineSettings,
+    ) -> Engine {
+        Engine {
+            inner: Arc::new(Inner {
+                store,
+                hub,
+                models,
+                settings,
+                runs: TaskTracker::new(),
+                stop_runs: CancellationToken::new(),
+                stop_maintenance: CancellationToken::new(),
+                maintenance: TaskTracker::new(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.inner.store
+    }
+
+    /// `(model, provider)` pairs this service routes.
+    pub fn models(&self) -> &[(String, String)] {
+        self.inner.models.models()
+    }
+
+    /// Validates the request, stores the run and starts executing it.
+    pub async fn create(
+        &self,
+        tenant_id: &str,
+        request: CreateResponse,
+    ) -> Result<StartedRun, EngineError> {
+        if self.inner.runs.is_closed() {
+            return Err(EngineError::ShuttingDown);
+        }
+        request.validate()?;
+        let model = match request.model.as_deref() {
+            Some(model) if !model.is_empty() => model.to_string(),
+            _ => {
+                return Err(
+                    FieldError::new("model", "Missing required parameter: 'model'.").into(),
+                );
+            }
+        };
+        let Some(client) = self.inner.models.route(&model) else {
+            return Err(EngineError::Invalid(
+                FieldError::new(
+                    "model",
+                    format!("The model '{model}' does not exist or you do not have access to it."),
+                ),
+                Some("model_not_found"),
+            ));
+        };
+        let input = request.input_items()?;
+        if input.is_empty() && request.previous_response_id.is_none() {
+            return Err(FieldError::new("input", "Missing required parameter: 'input'.").into());
+        }
+        let history = match &request.previous_response_id {
+            Some(previous) => self.chain(tenant_id, previous).await?,
+            None => Vec::new(),
+        };
+
+        let id = ids::new(ids::RESPONSE);
+        let body = initial_body(&id, &model, &request);
+        let now = now_ms();
+        let run = NewRun {
+            tenant_id: tenant_id.to_string(),
+            state: RunState::InProgress,
+            body: body.clone(),
+            input_items: input.clone(),
+            lease_owner: Some(self.inner.settings.instance_id.clone()),
+            lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
+            now_ms: now,
+        };
+        let response_id: Arc<str> = Arc::from(id.as_str());
+        self.inner.hub.open(&response_id);
+        if let Err(e) = self.inner.store.insert_run(&run).await {
+            self.inner.hub.close(response_id).await;
+            return Err(e.into());
+        }
+        let events = (request.stream == Some(true))
+            .then(|| Box::pin(self.inner.hub.follow(response_id.clone(), None)) as EventStream);
+        let (done, outcome) = oneshot::channel();
+        let mut context = history;
+        context.extend(input);
+        let task = run::RunTask {
+            store: self.inner.store.clone(),
+            hub: self.inner.hub.clone(),
+            emitter: EventEmitter::new(
+                self.inner.hub.clone(),
+                response_id.clone(),
+                Arc::from(tenant_id),
+                0,
+            ),
+            client,
+            request: run::model_request(&model, &request),
+            context,
+            body,
+            stop: self.inner.stop_runs.child_token(),
+            done: Some(done),
+        };
+        self.inner.runs.spawn(task.execute());
+        Ok(StartedRun {
+            id,
+            events,
+            outcome,
+        })
+    }
+
+    /// The model context a continuation inherits: every earlier input and output along the
+    /// chain, oldest first. Instructions are not inherited (SPEC §9).
+    async fn chain(&self, tenant_id: &str, previous: &str) -> Result<Vec<Item>, EngineError> {
+        let not_found = || {
+            EngineError::Invalid(
+                FieldError::new(
+                    "previous_response_id",
+                    format!("Previous response with id '{previous}' not found."),
+                ),
+                Some("previous_response_not_found"),
+            )
+        };
+        let first = match self.inner.store.get_run(tenant_id, previous).await {
+            Ok(run) => run,
+            Err(StoreError::NotFound) => return Err(not_found()),
+            Err(e) => return Err(e.into()),
+        };
+        if matches!(first.state, RunState::Queued | RunState::InProgress) {
+            return Err(FieldError::new(
+                "previous_response_id",
+                format!("Previous response with id '{previous}' is still in progress."),
+            )
+            .into());
+        }
+        let mut segments: Vec<Vec<Item>> = Vec::new();
+        let mut current = Some(first);
+        while let Some(run) = current.take() {
+            if segments.len() >= MAX_CHAIN_DEPTH {
+                return Err(FieldError::new(
+                    "previous_response_id",
+                    format!("The chain of previous responses is longer than {MAX_CHAIN_DEPTH}."),
+                )
+                .into());
+            }
+            let mut segment = self
+                .inner
+                .store
+                .input_items(tenant_id, &run.body.id)
+                .await?;
+            segment.extend(run.body.output.iter().cloned());
+            segments.push(segment);
+            if let Some(parent) = &run.body.previous_response_id {
+                current = match self.inner.store.get_run(tenant_id, parent).await {
+                    Ok(run) => Some(run),
+                    // A deleted ancestor ends the chain; what remains is still usable.
+                    Err(StoreError::NotFound) => None,
+                    Err(e) => return Err(e.into()),
+                };
+            }
+        }
+        Ok(segments.into_iter().rev().flatten().collect())
+    }
+
+    pub async fn get(&self, tenant_id: &str, id: &str) -> Result<ResponseObject, EngineError> {
+        Ok(self.get_run(tenant_id, id).await?.body)
+    }
+
+    async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, EngineError> {
+        match self.inner.store.get_run(tenant_id, id).await {
+            Ok(run) => Ok(run),
+            Err(StoreError::NotFound) => Err(EngineError::NotFound(id.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The run's stored events after `after`, then live ones while it runs here.
+    pub async fn follow(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        after: Option<u64>,
+    ) -> Result<EventStream, EngineError> {
+        self.get_run(tenant_id, id).await?;
+        Ok(Box::pin(self.inner.hub.follow(Arc::from(id), after)))
+    }
+
+    pub async fn delete(&self, tenant_id: &str, id: &str) -> Result<(), EngineError> {
+        match self.inner.store.delete_run(tenant_id, id).await {
+            Ok(()) => Ok(()),
+            Err(StoreError::NotFound) => Err(EngineError::NotFound(id.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn input_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        page: &ItemPage,
+    ) -> Result<(Vec<Item>, bool), EngineError> {
+        self.get_run(tenant_id, id).await?;
+        match self.inner.store.list_input_items(tenant_id, id, page).await {
+            Ok(found) => Ok(found),
+            Err(StoreError::NotFound) => Err(FieldError::new(
+                "after",
+                format!(
+                    "Invalid 'after': no input item with id '{}' in this response.",
+                    page.after.as_deref().unwrap_or_default()
+                ),
+            )
+            .into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Fails runs whose instance is gone: on start, and then periodically. With `all`, every
+    /// unfinished run not held by this instance counts (one process owns an SQLite file).
+    pub async fn recover_abandoned(&self, all: bool) -> Result<usize, EngineError> {
+        let now = if all { i64::MAX } else { now_ms() };
+        let stale = self
+            .inner
+            .store
+            .stale_runs(now, &self.inner.settings.instance_id)
+            .await?;
+        let count = stale.len();
+        for run in stale {
+            self.abandon(
+                run,
+                "The run was interrupted: the instance executing it stopped.",
+            )
+            .await;
+        }
+        Ok(count)
+    }
+
+    /// Ends a run nobody executes any more: its open items are closed `incomplete`, its log
+    /// gets `error` and `response.failed`, and its state becomes `failed`.
+    async fn abandon(&self, run: StoredRun, message: &str) {
+        let id = run.body.id.clone();
+        let mut body = run.body;
+        for item in &mut body.output {
+            close_incomplete(item);
+        }
+        body.status = ResponseStatus::Failed;
+        body.error = Some(ResponseError {
+            code: "server_error".into(),
+            message: message.into(),
+        });
+        let store = &self.inner.store;
+        if let Err(e) = store
+            .transition(&id, run.state, RunState::Failed, &body, now_ms())
+            .await
+        {
+            // Another instance got there first, or the run moved on: nothing to do.
+            tracing::info!(response_id = %id, error = %e, "abandoned run not failed");
+            return;
+        }
+        tracing::warn!(response_id = %id, "failed an abandoned run");
+        let next = match store.last_sequence_number(&id).await {
+            Ok(last) => last.map_or(0, |n| n + 1),
+            Err(e) => {
+                tracing::error!(response_id = %id, error = %e, "cannot read the event log");
+                return;
+            }
+        };
+        let response_id: Arc<str> = Arc::from(id.as_str());
+        let mut emitter = EventEmitter::new(
+            self.inner.hub.clone(),
+            response_id.clone(),
+            Arc::from(run.tenant_id.as_str()),
+            next,
+        );
+        emitter
+            .emit(run::error_event("server_error", message))
+            .await;
+        emitter
+            .emit(crate::protocol::events::Event::Failed {
+                response: Box::new(body),
+            })
+            .await;
+        if let Err(e) = emitter.flush().await {
+            tracing::error!(response_id = %id, error = %e, "cannot store the failure events");
+        }
+    }
+
+    /// Starts lease renewal and the sweep for runs abandoned by other instances.
+    pub fn start_maintenance(&self) {
+        let engine = self.clone();
+        let period = self.inner.settings.lease_ttl / 3;
+        let stop = self.inner.stop_maintenance.clone();
+        self.inner.maintenance.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let settings = &engine.inner.settings;
+                let until = now_ms() + settings.lease_ttl.as_millis() as i64;
+                if let Err(e) = engine
+                    .inner
+                    .store
+                    .renew_leases(&settings.instance_id, until)
+                    .await
+                {
+                    tracing::warn!(error = %e, "lease renewal failed");
+                }
+                if let Err(e) = engine.recover_abandoned(false).await {
+                    tracing::warn!(error = %e, "sweep for abandoned runs failed");
+                }
+            }
+        });
+    }
+
+    /// Graceful stop: no new runs; running ones get `grace` to finish, then are cancelled
+    /// and failed; anything still unfinished under this instance's lease is failed last.
+    pub async fn shutdown(&self, grace: Duration) {
+        let inner = &self.inner;
+        inner.runs.close();
+        if tokio::time::timeout(grace, inner.runs.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = inner.runs.len(),
+                "grace period over; cancelling the remaining runs"
+            );
+            inner.stop_runs.cancel();
+            if tokio::time::timeout(Duration::from_secs(10), inner.runs.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!("runs did not stop after cancellation");
+            }
+        }
+        inner.stop_maintenance.cancel();
+        inner.maintenance.close();
+        inner.maintenance.wait().await;
+        let states = [RunState::Queued, RunState::InProgress];
+        match inner
+            .store
+            .runs_owned_by(&inner.settings.instance_id, &states)
+            .await
+        {
+            Ok(left) => {
+                for run in left {
+                    self.abandon(run, "The run was stopped because the service shut down.")
+                        .await;
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot check for unfinished runs at shutdown"),
+        }
+    }
+
+    /// The hub, so the application can drain it after shutdown.
+    pub fn hub(&self) -> &EventHub {
+        &self.inner.hub
+    }
+}
+
+/// Marks an item that was still open as `incomplete`.
+pub(crate) fn close_incomplete(item: &mut Item) {
+    let status = match item {
+        Item::Message(m) => &mut m.status,
+        Item::FunctionCall(c) => &mut c.status,
+        Item::FunctionCallOutput(o) => &mut o.status,
+    };
+    if *status == Some(ItemStatus::InProgress) {
+        *status = Some(ItemStatus::Incomplete);
+    }
+}
+
+/// The Response object as the run starts: every setting echoed, nothing produced yet.
+fn initial_body(id: &str, model: &str, request: &CreateResponse) -> ResponseObject {
+    let mut text = match &request.text {
+        Some(Value::Object(object)) => object.clone(),
+        _ => Map::new(),
+    };
+    text.entry("format")
+        .or_insert_with(|| json!({"type": "text"}));
+    ResponseObject {
+        id: id.to_string(),
+        object: "response".into(),
+        created_at: now_ms() / 1000,
+        completed_at: None,
+        status: ResponseStatus::InProgress,
+        error: None,
+        incomplete_details: None,
+        instructions: request.instructions.clone(),
+        model: model.to_string(),
+        output: Vec::new(),
+        parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+        previous_response_id: request.previous_response_id.clone(),
+        tools: request.tools.clone().unwrap_or_default(),
+        tool_choice: request.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+        truncation: request
+            .truncation
+            .clone()
+            .unwrap_or_else(|| "disabled".into()),
+        text: Value::Object(text),
+        reasoning: request
+            .reasoning
+            .clone()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({"effort": null, "summary": null})),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        presence_penalty: request.presence_penalty,
+        frequency_penalty: request.frequency_penalty,
+        top_logprobs: Some(request.top_logprobs.unwrap_or(0)),
+        max_output_tokens: request.max_output_tokens,
+        max_tool_calls: request.max_tool_calls,
+        store: request.store.unwrap_or(true),
+        background: request.background.unwrap_or(false),
+        service_tier: Some(
+            request
+                .service_tier
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+        ),
+        metadata: request.metadata.clone().unwrap_or_default(),
+        safety_identifier: request.safety_identifier.clone(),
+        prompt_cache_key: request.prompt_cache_key.clone(),
+        user: request.user.clone(),
+        usage: None,
+        required_action: None,
+    }
+}

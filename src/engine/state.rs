@@ -1,0 +1,73 @@
+//! The run state machine (SPEC §3) as one table. Every change of state goes through
+//! [`transition_allowed`] and then a compare-and-set in the store; a transition the table
+//! refuses is reported as an error, never a crash.
+
+use crate::store::RunState;
+
+/// `(from, to)` pairs the service may perform.
+pub const TRANSITIONS: &[(RunState, RunState)] = &[
+    (RunState::Queued, RunState::InProgress),
+    (RunState::Queued, RunState::Cancelled),
+    (RunState::Queued, RunState::Failed),
+    (RunState::InProgress, RunState::RequiresAction),
+    (RunState::InProgress, RunState::Completed),
+    (RunState::InProgress, RunState::Failed),
+    (RunState::InProgress, RunState::Incomplete),
+    (RunState::InProgress, RunState::Cancelled),
+    (RunState::RequiresAction, RunState::InProgress),
+    (RunState::RequiresAction, RunState::Completed),
+    (RunState::RequiresAction, RunState::Cancelled),
+    (RunState::RequiresAction, RunState::Expired),
+];
+
+pub fn transition_allowed(from: RunState, to: RunState) -> bool {
+    TRANSITIONS.contains(&(from, to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pair_of_states_is_allowed_exactly_when_the_spec_lists_it() {
+        use RunState::*;
+        let spec: &[(RunState, &[RunState])] = &[
+            (Queued, &[InProgress, Cancelled, Failed]),
+            (
+                InProgress,
+                &[RequiresAction, Completed, Failed, Incomplete, Cancelled],
+            ),
+            (RequiresAction, &[InProgress, Completed, Cancelled, Expired]),
+            (Completed, &[]),
+            (Failed, &[]),
+            (Incomplete, &[]),
+            (Cancelled, &[]),
+            (Expired, &[]),
+        ];
+        for from in RunState::ALL {
+            let allowed = spec
+                .iter()
+                .find(|(state, _)| *state == from)
+                .map(|(_, to)| *to)
+                .unwrap_or_default();
+            for to in RunState::ALL {
+                assert_eq!(
+                    transition_allowed(from, to),
+                    allowed.contains(&to),
+                    "{from:?} -> {to:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn final_states_have_no_way_out() {
+        for from in RunState::ALL.into_iter().filter(|s| s.is_final()) {
+            assert!(
+                RunState::ALL
+                    .into_iter()
+                    .all(|to| !transition_allowed(from, to))
+            );
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! `ApiError`: every error a client can see, rendered as the OpenAI error envelope
+//! `{"error": {"message", "type", "param", "code"}}` (SPEC §10).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::protocol::request::FieldError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is wrong; `param` names the field.
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        param: Option<String>,
+        code: Option<String>,
+    },
+    /// 404 with the given message.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405 for a known path with the wrong method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// 413: the body is over the configured limit.
+    #[error("request body too large")]
+    PayloadTooLarge { limit: usize },
+    /// 415: the body is not JSON.
+    #[error("unsupported content type")]
+    UnsupportedMediaType,
+    /// 502: the upstream model failed before the stream started.
+    #[error("upstream error: {message}")]
+    Upstream { message: String, code: String },
+    /// 504: the upstream model did not answer in time.
+    #[error("upstream timeout: {message}")]
+    UpstreamTimeout { message: String },
+    /// 503: not ready (database unreachable) or shutting down.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// 500: a fault of ours; the cause is logged, the client sees a generic message.
+    #[error("internal error: {0:#}")]
+    Internal(anyhow::Error),
+}
+
+impl ApiError {
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        let param = param.into();
+        ApiError::InvalidRequest {
+            message: message.into(),
+            param: (!param.is_empty()).then_some(param),
+            code: None,
+        }
+    }
+
+    pub fn invalid_with_code(
+        param: impl Into<String>,
+        message: impl Into<String>,
+        code: &str,
+    ) -> ApiError {
+        ApiError::InvalidRequest {
+            message: message.into(),
+            param: Some(param.into()),
+            code: Some(code.into()),
+        }
+    }
+
+    pub fn response_not_found(id: &str) -> ApiError {
+        ApiError::NotFound(format!("Response with id '{id}' not found."))
+    }
+
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// `(type, message, param, code)` as the client sees them.
+    fn envelope(&self) -> (&'static str, String, Option<String>, Option<String>) {
+        match self {
+            ApiError::InvalidRequest {
+                message,
+                param,
+                code,
+            } => (
+                "invalid_request_error",
+                message.clone(),
+                param.clone(),
+                code.clone(),
+            ),
+            ApiError::NotFound(message) => ("invalid_request_error", message.clone(), None, None),
+            ApiError::MethodNotAllowed => (
+                "invalid_request_error",
+                "Method not allowed for this path.".into(),
+                None,
+                Some("method_not_allowed".into()),
+            ),
+            ApiError::PayloadTooLarge { limit } => (
+                "invalid_request_error",
+                format!("Request body too large: the limit is {limit} bytes."),
+                None,
+                Some("request_too_large".into()),
+            ),
+            ApiError::UnsupportedMediaType => (
+                "invalid_request_error",
+                "Expected a JSON request body with 'Content-Type: application/json'.".into(),
+                None,
+                Some("unsupported_media_type".into()),
+            ),
+            ApiError::Upstream { message, code } => {
+                ("server_error", message.clone(), None, Some(code.clone()))
+            }
+            ApiError::UpstreamTimeout { message } => (
+                "server_error",
+                message.clone(),
+                None,
+                Some("upstream_timeout".into()),
+            ),
+            ApiError::Unavailable(message) => (
+                "server_error",
+                message.clone(),
+                None,
+                Some("service_unavailable".into()),
+            ),
+            ApiError::Internal(_) => (
+                "server_error",
+                "The server had an error while processing your request.".into(),
+                None,
+                Some("server_error".into()),
+            ),
+        }
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> ApiError {
+        ApiError::invalid(e.param, e.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(error = format!("{cause:#}"), "internal error");
+        }
+        let status = self.status_code();
+        let (kind, message, param, code) = self.envelope();
+        let body =
+            json!({"error": {"message": message, "type": kind, "param": param, "code": code}});
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,13 @@
+//! switchyard: an HTTP service for tool-calling LLM runs with a Responses-style API.
+//!
+//! A request flows api → engine → (llm, store); events flow engine → hub → store and
+//! subscribers → api (SSE).
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod llm;
+pub mod protocol;
+pub mod store;

@@ -1,0 +1,176 @@
+//! The upstream model. `LlmClient` speaks in Responses terms (items in, model events out) so
+//! the engine never sees a provider's wire format; `openai` implements it over the
+//! chat-completions streaming API.
+
+pub mod openai;
+pub mod sse;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::Stream;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::protocol::items::Item;
+use crate::protocol::response::Usage;
+
+/// What the engine asks of a model for one turn.
+#[derive(Clone, Debug, Default)]
+pub struct ModelRequest {
+    pub model: String,
+    pub instructions: Option<String>,
+    /// The whole context, oldest first: earlier turns of the chain, the input, and this run's
+    /// output so far.
+    pub items: Vec<Item>,
+    pub tools: Vec<ToolSpec>,
+    /// `auto`, `none`, `required`, or `{"type":"function","name":…}`.
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub max_output_tokens: Option<u64>,
+    /// `text.format` when it asks for JSON.
+    pub response_format: Option<Value>,
+    pub reasoning_effort: Option<String>,
+    pub user: Option<String>,
+}
+
+/// A tool as the model sees it: a function with a JSON Schema.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Value,
+    pub strict: Option<bool>,
+}
+
+/// One piece of a streamed model turn.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelEvent {
+    TextDelta(String),
+    ReasoningDelta(String),
+    /// A piece of tool call `index`: the first piece carries id and name.
+    ToolCallDelta {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    Usage(Usage),
+    Finish(FinishReason),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Other(String),
+}
+
+impl FinishReason {
+    pub fn parse(text: &str) -> FinishReason {
+        match text {
+            "stop" | "end_turn" => FinishReason::Stop,
+            "length" | "max_tokens" => FinishReason::Length,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "content_filter" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_string()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    #[error("cannot reach the upstream model: {0}")]
+    Connect(String),
+    #[error("the upstream model did not {what} within {} ms", after.as_millis())]
+    Timeout { what: &'static str, after: Duration },
+    #[error("the upstream model answered {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("the upstream model's stream broke: {0}")]
+    Protocol(String),
+}
+
+impl LlmError {
+    /// The `code` shown to clients for this failure.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LlmError::Connect(_) => "upstream_unreachable",
+            LlmError::Timeout { .. } => "upstream_timeout",
+            LlmError::Status { status: 429, .. } => "upstream_rate_limited",
+            LlmError::Status { .. } => "upstream_error",
+            LlmError::Protocol(_) => "upstream_stream_error",
+        }
+    }
+}
+
+pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, LlmError>> + Send>>;
+
+#[async_trait]
+pub trait LlmClient: Send + Sync + 'static {
+    /// Starts one streamed model turn. Errors before the first event (connection, status,
+    /// first-byte timeout) come back here; later ones inside the stream.
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, LlmError>;
+}
+
+/// Which client serves which model.
+pub struct ModelRouter {
+    routes: HashMap<String, Arc<dyn LlmClient>>,
+    /// The provider whose models include `"*"`, serving every model nobody lists.
+    fallback: Option<Arc<dyn LlmClient>>,
+    /// Listed models with their provider's name, in configuration order.
+    listed: Vec<(String, String)>,
+}
+
+impl ModelRouter {
+    /// Builds one chat-completions client per configured provider.
+    pub fn from_config(config: &Config) -> Result<ModelRouter, LlmError> {
+        let mut router = ModelRouter::empty();
+        for provider in config.providers() {
+            let client: Arc<dyn LlmClient> =
+                Arc::new(openai::ChatCompletionsClient::new(&provider, &config.llm)?);
+            router.add(&provider.name, &provider.models, client);
+        }
+        Ok(router)
+    }
+
+    pub fn empty() -> ModelRouter {
+        ModelRouter {
+            routes: HashMap::new(),
+            fallback: None,
+            listed: Vec::new(),
+        }
+    }
+
+    /// Routes `models` to `client`; `"*"` makes it the fallback.
+    pub fn add(&mut self, provider: &str, models: &[String], client: Arc<dyn LlmClient>) {
+        for model in models {
+            if model == "*" {
+                self.fallback = Some(client.clone());
+            } else {
+                self.routes.insert(model.clone(), client.clone());
+                self.listed.push((model.clone(), provider.to_string()));
+            }
+        }
+    }
+
+    pub fn route(&self, model: &str) -> Option<Arc<dyn LlmClient>> {
+        self.routes
+            .get(model)
+            .cloned()
+            .or_else(|| self.fallback.clone())
+    }
+
+    /// `(model, provider)` pairs for `GET /v1/models`.
+    pub fn models(&self) -> &[(String, String)] {
+        &self.listed
+    }
+}

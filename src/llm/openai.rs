@@ -1,0 +1,577 @@
+//! The OpenAI-compatible `/chat/completions` client: maps a [`ModelRequest`] to a streaming
+//! chat request and the SSE chunks back to [`ModelEvent`]s.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use serde_json::{Map, Value, json};
+
+use super::sse::SseDecoder;
+use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelStream};
+use crate::config::{LlmConfig, ResolvedProvider, Secret};
+use crate::protocol::items::{ContentPart, Item, Role};
+use crate::protocol::response::{InputTokensDetails, OutputTokensDetails, Usage};
+
+/// How much of an upstream error body is read for its message.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+pub struct ChatCompletionsClient {
+    http: reqwest::Client,
+    url: String,
+    api_key: Option<Secret>,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl ChatCompletionsClient {
+    pub fn new(provider: &ResolvedProvider, llm: &LlmConfig) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(llm.connect_timeout_ms))
+            // Nagle's algorithm would hold each small streamed chunk for a delayed ACK.
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| LlmError::Connect(format!("cannot build the HTTP client: {e}")))?;
+        Ok(ChatCompletionsClient {
+            http,
+            url: format!("{}/chat/completions", provider.base_url),
+            api_key: provider.api_key.clone(),
+            first_byte_timeout: Duration::from_millis(llm.first_byte_timeout_ms),
+            idle_timeout: Duration::from_millis(llm.idle_timeout_ms),
+        })
+    }
+}
+
+#[async_trait]
+impl LlmClient for ChatCompletionsClient {
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, LlmError> {
+        let body = chat_request_body(request);
+        let mut call = self.http.post(&self.url).json(&body);
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key.expose());
+        }
+        let response = tokio::time::timeout(self.first_byte_timeout, call.send())
+            .await
+            .map_err(|_| LlmError::Timeout {
+                what: "answer",
+                after: self.first_byte_timeout,
+            })?
+            .map_err(|e| {
+                if e.is_timeout() {
+                    LlmError::Timeout {
+                        what: "accept the connection",
+                        after: self.first_byte_timeout,
+                    }
+                } else {
+                    LlmError::Connect(error_chain(&e))
+                }
+            })?;
+        let status = response.status();
+        if !status.is_success() {
+            let message = read_error_message(response, self.idle_timeout).await;
+            return Err(LlmError::Status {
+                status: status.as_u16(),
+                message,
+            });
+        }
+        Ok(Box::pin(decode_chunks(
+            response.bytes_stream(),
+            self.idle_timeout,
+        )))
+    }
+}
+
+/// `reqwest` errors hide their cause; the chain is what an operator needs.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The upstream's own error message when it sent one, else the body's start.
+async fn read_error_message(response: reqwest::Response, timeout: Duration) -> String {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    let read = async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            body.extend_from_slice(&chunk);
+            if body.len() >= ERROR_BODY_LIMIT {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, read).await;
+    if let Ok(value) = serde_json::from_slice::<Value>(&body) {
+        let message = value
+            .pointer("/error/message")
+            .or_else(|| value.get("message"))
+            .or_else(|| value.get("error"))
+            .and_then(Value::as_str);
+        if let Some(message) = message {
+            return message.to_string();
+        }
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(500)])
+        .trim()
+        .to_string();
+    if text.is_empty() {
+        "no error message".into()
+    } else {
+        text
+    }
+}
+
+/// Maps the model-neutral request to a chat-completions body.
+pub fn chat_request_body(request: &ModelRequest) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("messages".into(), Value::Array(chat_messages(request)));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|tool| {
+                let mut function = json!({"name": tool.name, "parameters": tool.parameters});
+                if let Some(description) = &tool.description {
+                    function["description"] = json!(description);
+                }
+                if let Some(strict) = tool.strict {
+                    function["strict"] = json!(strict);
+                }
+                json!({"type": "function", "function": function})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        if let Some(parallel) = request.parallel_tool_calls {
+            body.insert("parallel_tool_calls".into(), json!(parallel));
+        }
+        if let Some(choice) = &request.tool_choice {
+            body.insert("tool_choice".into(), chat_tool_choice(choice));
+        }
+    }
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            body.insert(key.into(), value);
+        }
+    };
+    put("temperature", request.temperature.map(|v| json!(v)));
+    put("top_p", request.top_p.map(|v| json!(v)));
+    put(
+        "presence_penalty",
+        request.presence_penalty.map(|v| json!(v)),
+    );
+    put(
+        "frequency_penalty",
+        request.frequency_penalty.map(|v| json!(v)),
+    );
+    put("max_tokens", request.max_output_tokens.map(|v| json!(v)));
+    put(
+        "reasoning_effort",
+        request.reasoning_effort.as_ref().map(|v| json!(v)),
+    );
+    put("user", request.user.as_ref().map(|v| json!(v)));
+    put(
+        "response_format",
+        request.response_format.as_ref().map(chat_response_format),
+    );
+    Value::Object(body)
+}
+
+/// `text.format` → `response_format`.
+fn chat_response_format(format: &Value) -> Value {
+    match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            let mut schema = json!({"name": format.get("name"), "schema": format.get("schema")});
+            if let Some(strict) = format.get("strict") {
+                schema["strict"] = strict.clone();
+            }
+            if let Some(description) = format.get("description") {
+                schema["description"] = description.clone();
+            }
+            json!({"type": "json_schema", "json_schema": schema})
+        }
+        _ => json!({"type": "json_object"}),
+    }
+}
+
+/// Responses `tool_choice` → chat `tool_choice`.
+fn chat_tool_choice(choice: &Value) -> Value {
+    match choice.get("name").and_then(Value::as_str) {
+        Some(name) => json!({"type": "function", "function": {"name": name}}),
+        None => choice.clone(),
+    }
+}
+
+/// Items → chat messages. Consecutive function calls become one assistant message with
+/// several `tool_calls`, as chat-completions expects.
+fn chat_messages(request: &ModelRequest) -> Vec<Value> {
+    let mut messages: Vec<Value> = Vec::with_capacity(request.items.len() + 1);
+    if let Some(instructions) = &request.instructions {
+        messages.push(json!({"role": "system", "content": instructions}));
+    }
+    for item in &request.items {
+        match item {
+            Item::Message(message) => {
+                let role = match message.role {
+                    Role::User => "user",
+                    // `developer` is not understood by every compatible server; `system` is.
+                    Role::System | Role::Developer => "system",
+                    Role::Assistant => "assistant",
+                };
+                messages.push(json!({"role": role, "content": chat_content(&message.content)}));
+            }
+            Item::FunctionCall(call) => {
+                let tool_call = json!({
+                    "id": call.call_id, "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                });
+                push_tool_call(&mut messages, tool_call);
+            }
+            Item::FunctionCallOutput(output) => {
+                messages.push(json!({
+                    "role": "tool", "tool_call_id": output.call_id,
+                    "content": output.output.as_text(),
+                }));
+            }
+        }
+    }
+    messages
+}
+
+/// Appends a tool call to the last assistant message, or starts one.
+fn push_tool_call(messages: &mut Vec<Value>, tool_call: Value) {
+    if let Some(last) = messages.last_mut()
+        && last["role"] == "assistant"
+    {
+        match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            Some(calls) => calls.push(tool_call),
+            None => {
+                last["tool_calls"] = json!([tool_call]);
+            }
+        }
+        return;
+    }
+    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [tool_call]}));
+}
+
+/// Text-only content as a string (understood everywhere); otherwise chat content parts.
+fn chat_content(parts: &[ContentPart]) -> Value {
+    let text_only = parts.iter().all(|p| {
+        matches!(
+            p,
+            ContentPart::InputText { .. }
+                | ContentPart::OutputText(_)
+                | ContentPart::Refusal { .. }
+        )
+    });
+    if text_only {
+        let mut text = String::new();
+        for part in parts {
+            match part {
+                ContentPart::InputText { text: t } => text.push_str(t),
+                ContentPart::OutputText(t) => text.push_str(&t.text),
+                ContentPart::Refusal { refusal } => text.push_str(refusal),
+                _ => {}
+            }
+        }
+        return json!(text);
+    }
+    let converted: Vec<Value> = parts
+        .iter()
+        .filter_map(|part| match part {
+            ContentPart::InputText { text } => Some(json!({"type": "text", "text": text})),
+            ContentPart::OutputText(t) => Some(json!({"type": "text", "text": t.text})),
+            ContentPart::Refusal { refusal } => Some(json!({"type": "text", "text": refusal})),
+            ContentPart::InputImage {
+                image_url, detail, ..
+            } => image_url.as_ref().map(
+                |url| json!({"type": "image_url", "image_url": {"url": url, "detail": detail}}),
+            ),
+            ContentPart::InputFile {
+                file_data,
+                filename,
+                ..
+            } => file_data.as_ref().map(
+                |data| json!({"type": "file", "file": {"file_data": data, "filename": filename}}),
+            ),
+        })
+        .collect();
+    Value::Array(converted)
+}
+
+/// Decodes the SSE body into model events, enforcing the idle timeout between chunks.
+/// A body that ends before any `finish_reason` is a broken stream, not a short answer.
+fn decode_chunks(
+    body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+    idle_timeout: Duration,
+) -> impl Stream<Item = Result<ModelEvent, LlmError>> + Send {
+    struct State<S> {
+        body: S,
+        decoder: SseDecoder,
+        pending: VecDeque<Result<ModelEvent, LlmError>>,
+        finished: bool,
+        done: bool,
+    }
+    let state = State {
+        body: Box::pin(body),
+        decoder: SseDecoder::new(),
+        pending: VecDeque::new(),
+        finished: false,
+        done: false,
+    };
+    futures_util::stream::unfold(state, move |mut state| async move {
+        loop {
+            if let Some(event) = state.pending.pop_front() {
+                if event.is_err() {
+                    state.done = true;
+                }
+                return Some((event, state));
+            }
+            if state.done {
+                return None;
+            }
+            let next = tokio::time::timeout(idle_timeout, state.body.next()).await;
+            let payloads = match next {
+                Err(_) => {
+                    state.pending.push_back(Err(LlmError::Timeout {
+                        what: "send the next chunk",
+                        after: idle_timeout,
+                    }));
+                    continue;
+                }
+                Ok(Some(Ok(bytes))) => state.decoder.feed(&bytes),
+                Ok(Some(Err(e))) => {
+                    state
+                        .pending
+                        .push_back(Err(LlmError::Protocol(error_chain(&e))));
+                    continue;
+                }
+                Ok(None) => {
+                    state.done = true;
+                    let tail: Vec<String> = state.decoder.finish().into_iter().collect();
+                    for payload in tail {
+                        parse_payload(&payload, &mut state.pending, &mut state.finished);
+                    }
+                    if !state.finished {
+                        state.pending.push_back(Err(LlmError::Protocol(
+                            "the stream ended before the model finished".into(),
+                        )));
+                    }
+                    // Drain what is pending, then stop.
+                    let event = state.pending.pop_front()?;
+                    return Some((event, state));
+                }
+            };
+            for payload in payloads {
+                if payload.trim() == "[DONE]" {
+                    if !state.finished {
+                        state.pending.push_back(Err(LlmError::Protocol(
+                            "the stream ended before the model finished".into(),
+                        )));
+                    }
+                    state.done = true;
+                    break;
+                }
+                parse_payload(&payload, &mut state.pending, &mut state.finished);
+            }
+        }
+    })
+}
+
+/// One chunk → events. `finished` records that a finish reason was seen.
+fn parse_payload(
+    payload: &str,
+    out: &mut VecDeque<Result<ModelEvent, LlmError>>,
+    finished: &mut bool,
+) {
+    let chunk: Value = match serde_json::from_str(payload) {
+        Ok(chunk) => chunk,
+        Err(e) => {
+            out.push_back(Err(LlmError::Protocol(format!("a chunk is not JSON: {e}"))));
+            return;
+        }
+    };
+    if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| error.to_string());
+        let status = error.get("code").and_then(Value::as_u64).unwrap_or(502) as u16;
+        out.push_back(Err(LlmError::Status { status, message }));
+        return;
+    }
+    if let Some(choice) = chunk
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+    {
+        let delta = &choice["delta"];
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(text) = delta.get(key).and_then(Value::as_str)
+                && !text.is_empty()
+            {
+                out.push_back(Ok(ModelEvent::ReasoningDelta(text.to_string())));
+            }
+        }
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            out.push_back(Ok(ModelEvent::TextDelta(text.to_string())));
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (position, call) in calls.iter().enumerate() {
+                let index = call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(position as u64) as u32;
+                let function = &call["function"];
+                out.push_back(Ok(ModelEvent::ToolCallDelta {
+                    index,
+                    id: call.get("id").and_then(Value::as_str).map(str::to_string),
+                    name: function
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    arguments: function
+                        .get("arguments")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                }));
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            *finished = true;
+            out.push_back(Ok(ModelEvent::Finish(FinishReason::parse(reason))));
+        }
+    }
+    if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+        let number = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+        let input = number("/prompt_tokens");
+        let output = number("/completion_tokens");
+        out.push_back(Ok(ModelEvent::Usage(Usage {
+            input_tokens: input,
+            input_tokens_details: InputTokensDetails {
+                cached_tokens: number("/prompt_tokens_details/cached_tokens"),
+                cache_write_tokens: 0,
+            },
+            output_tokens: output,
+            output_tokens_details: OutputTokensDetails {
+                reasoning_tokens: number("/completion_tokens_details/reasoning_tokens"),
+            },
+            total_tokens: usage
+                .get("total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(input + output),
+        })));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::items::{FunctionCall, FunctionCallOutput, Message, ToolOutput};
+
+    fn user(text: &str) -> Item {
+        Item::Message(Message {
+            id: "msg_1".into(),
+            role: Role::User,
+            content: vec![ContentPart::InputText { text: text.into() }],
+            status: None,
+        })
+    }
+
+    #[test]
+    fn instructions_become_a_system_message_and_calls_merge_into_one_assistant_turn() {
+        let call = |id: &str| {
+            Item::FunctionCall(FunctionCall {
+                id: format!("fc_{id}"),
+                call_id: id.into(),
+                name: "f".into(),
+                arguments: "{}".into(),
+                status: None,
+            })
+        };
+        let request = ModelRequest {
+            model: "m".into(),
+            instructions: Some("be brief".into()),
+            items: vec![
+                user("hi"),
+                call("a"),
+                call("b"),
+                Item::FunctionCallOutput(FunctionCallOutput {
+                    id: "fco_1".into(),
+                    call_id: "a".into(),
+                    output: ToolOutput::Text("1".into()),
+                    status: None,
+                }),
+            ],
+            max_output_tokens: Some(50),
+            ..ModelRequest::default()
+        };
+        let body = chat_request_body(&request);
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "be brief"})
+        );
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "user", "content": "hi"})
+        );
+        assert_eq!(
+            body["messages"][2]["tool_calls"].as_array().map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(
+            body["messages"][3],
+            json!({"role": "tool", "tool_call_id": "a", "content": "1"})
+        );
+        assert_eq!(body["max_tokens"], json!(50));
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn chunks_become_text_tool_call_usage_and_finish_events() {
+        let mut out = VecDeque::new();
+        let mut finished = false;
+        parse_payload(
+            r#"{"choices":[{"delta":{"content":"Hi"}}]}"#,
+            &mut out,
+            &mut finished,
+        );
+        parse_payload(
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}]}}]}"#,
+            &mut out,
+            &mut finished,
+        );
+        parse_payload(
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            &mut out,
+            &mut finished,
+        );
+        parse_payload(
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+            &mut out,
+            &mut finished,
+        );
+        let events: Vec<_> = out.into_iter().map(|e| e.ok()).collect();
+        assert_eq!(events[0], Some(ModelEvent::TextDelta("Hi".into())));
+        assert!(
+            matches!(&events[1], Some(ModelEvent::ToolCallDelta { index: 0, id: Some(id), .. }) if id == "c")
+        );
+        assert_eq!(events[2], Some(ModelEvent::Finish(FinishReason::Stop)));
+        assert!(matches!(&events[3], Some(ModelEvent::Usage(u)) if u.total_tokens == 7));
+        assert!(finished);
+    }
+}

@@ -1,0 +1,113 @@
+//! The command line: parse arguments, set up logging, load the configuration, run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use switchyard::app::{Application, redact_url};
+use switchyard::config::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "A Responses-style API server for tool-calling LLM runs"
+)]
+struct Cli {
+    /// A TOML file overriding config/default.toml (environment variables override both).
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API (the default).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print the effective configuration (secrets redacted) and exit.
+    CheckConfig,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => serve(config).await,
+        Command::Migrate => migrate(config).await,
+        Command::CheckConfig => {
+            print!("{}", config.to_redacted_toml());
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "exiting");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    tracing::info!(
+        database = %redact_url(&config.database.url),
+        providers = config.providers().len(),
+        "starting"
+    );
+    Application::build(config)
+        .await?
+        .run_until(shutdown_signal())
+        .await
+}
+
+async fn migrate(config: Config) -> anyhow::Result<()> {
+    let store = switchyard::store::connect(&config.database.url, 1).await?;
+    store.ping().await?;
+    println!("migrations applied to {}", redact_url(&config.database.url));
+    Ok(())
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+}
+
+/// Logs to stdout; `RUST_LOG` filters (default `info`), `SWITCHYARD_LOG_FORMAT=json` for JSON.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let json = std::env::var("SWITCHYARD_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

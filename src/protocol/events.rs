@@ -1,0 +1,142 @@
+//! Stream events (SPEC §7) in the Responses API vocabulary. The emitter stamps each with its
+//! `sequence_number` and serialises it once; that JSON text is what the store keeps and what
+//! every SSE subscriber receives.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::items::{ContentPart, Item};
+use super::response::ResponseObject;
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    #[serde(rename = "response.created")]
+    Created { response: Box<ResponseObject> },
+    #[serde(rename = "response.queued")]
+    Queued { response: Box<ResponseObject> },
+    #[serde(rename = "response.in_progress")]
+    InProgress { response: Box<ResponseObject> },
+    #[serde(rename = "response.completed")]
+    Completed { response: Box<ResponseObject> },
+    #[serde(rename = "response.failed")]
+    Failed { response: Box<ResponseObject> },
+    #[serde(rename = "response.incomplete")]
+    Incomplete { response: Box<ResponseObject> },
+    #[serde(rename = "response.output_item.added")]
+    OutputItemAdded { output_index: usize, item: Item },
+    #[serde(rename = "response.output_item.done")]
+    OutputItemDone { output_index: usize, item: Item },
+    #[serde(rename = "response.content_part.added")]
+    ContentPartAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ContentPart,
+    },
+    #[serde(rename = "response.content_part.done")]
+    ContentPartDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ContentPart,
+    },
+    #[serde(rename = "response.output_text.delta")]
+    OutputTextDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+        logprobs: Vec<Value>,
+    },
+    #[serde(rename = "response.output_text.done")]
+    OutputTextDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+        logprobs: Vec<Value>,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    FunctionCallArgumentsDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    FunctionCallArgumentsDone {
+        item_id: String,
+        output_index: usize,
+        name: String,
+        arguments: String,
+    },
+    /// A failure after the stream started: the fields flat and nested (SPEC §7 E).
+    #[serde(rename = "error")]
+    Error {
+        code: Option<String>,
+        message: String,
+        param: Option<String>,
+        error: ErrorDetail,
+    },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorDetail {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub code: Option<String>,
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl Event {
+    /// The `type` field, also used as the SSE `event:` name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Created { .. } => "response.created",
+            Event::Queued { .. } => "response.queued",
+            Event::InProgress { .. } => "response.in_progress",
+            Event::Completed { .. } => "response.completed",
+            Event::Failed { .. } => "response.failed",
+            Event::Incomplete { .. } => "response.incomplete",
+            Event::OutputItemAdded { .. } => "response.output_item.added",
+            Event::OutputItemDone { .. } => "response.output_item.done",
+            Event::ContentPartAdded { .. } => "response.content_part.added",
+            Event::ContentPartDone { .. } => "response.content_part.done",
+            Event::OutputTextDelta { .. } => "response.output_text.delta",
+            Event::OutputTextDone { .. } => "response.output_text.done",
+            Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
+            Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::Error { .. } => "error",
+        }
+    }
+
+    /// The JSON text of the event with its sequence number.
+    pub fn to_json(&self, sequence_number: u64) -> String {
+        #[derive(Serialize)]
+        struct Sequenced<'a> {
+            #[serde(flatten)]
+            event: &'a Event,
+            sequence_number: u64,
+        }
+        // Serialising these plain data types cannot fail; fall back to a valid error event.
+        serde_json::to_string(&Sequenced {
+            event: self,
+            sequence_number,
+        })
+        .unwrap_or_else(|e| {
+            format!(
+                r#"{{"type":"error","code":"server_error","message":{},"param":null,"sequence_number":{sequence_number}}}"#,
+                Value::String(e.to_string())
+            )
+        })
+    }
+}
+
+/// Whether an event of this type ends a stream (the run stopped or paused).
+pub fn is_terminal(kind: &str) -> bool {
+    matches!(
+        kind,
+        "response.completed" | "response.failed" | "response.incomplete"
+    )
+}

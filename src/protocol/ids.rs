@@ -1,0 +1,26 @@
+//! Object ids: a prefix naming the kind, then a UUIDv7 in lowercase hex (SPEC §4), so ids sort
+//! by creation time.
+
+pub const RESPONSE: &str = "resp";
+pub const MESSAGE: &str = "msg";
+pub const FUNCTION_CALL: &str = "fc";
+pub const FUNCTION_CALL_OUTPUT: &str = "fco";
+pub const CALL: &str = "call";
+pub const CUSTOM_TOOL_CALL: &str = "ctc";
+pub const LOCAL_SHELL_CALL: &str = "lsh";
+pub const MCP_CALL: &str = "mcp";
+pub const MCP_LIST_TOOLS: &str = "mcpl";
+pub const MCP_APPROVAL_REQUEST: &str = "mcpr";
+pub const REASONING: &str = "rs";
+
+/// A new id of the given kind, e.g. `new(RESPONSE)` = `resp_0193…`.
+pub fn new(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Fills an empty id in place.
+pub fn assign(id: &mut String, prefix: &str) {
+    if id.is_empty() {
+        *id = new(prefix);
+    }
+}

@@ -1,0 +1,242 @@
+//! Items: what goes into a run (`input`) and what comes out of it (`output`), SPEC §5.
+//!
+//! One enum serves both directions; the store keeps items as JSON in exactly this shape, so
+//! what a client lists later is what it sent (normalised: ids assigned, string content turned
+//! into parts).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::ids;
+
+/// An input or output item, tagged by `type`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item {
+    Message(Message),
+    FunctionCall(FunctionCall),
+    FunctionCallOutput(FunctionCallOutput),
+}
+
+impl Item {
+    pub fn id(&self) -> &str {
+        match self {
+            Item::Message(m) => &m.id,
+            Item::FunctionCall(c) => &c.id,
+            Item::FunctionCallOutput(o) => &o.id,
+        }
+    }
+
+    /// Gives the item an id and a status where the client left them out.
+    pub fn normalise(&mut self) {
+        match self {
+            Item::Message(m) => {
+                ids::assign(&mut m.id, ids::MESSAGE);
+                m.status.get_or_insert(ItemStatus::Completed);
+                if m.role == Role::Assistant {
+                    for part in &mut m.content {
+                        if let ContentPart::InputText { text } = part {
+                            *part = ContentPart::OutputText(OutputText::new(std::mem::take(text)));
+                        }
+                    }
+                }
+            }
+            Item::FunctionCall(c) => {
+                ids::assign(&mut c.id, ids::FUNCTION_CALL);
+                c.status.get_or_insert(ItemStatus::Completed);
+            }
+            Item::FunctionCallOutput(o) => {
+                ids::assign(&mut o.id, ids::FUNCTION_CALL_OUTPUT);
+                o.status.get_or_insert(ItemStatus::Completed);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    InProgress,
+    Completed,
+    Incomplete,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    System,
+    Developer,
+    Assistant,
+}
+
+/// A message. Input content may be a plain string; it is stored as parts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    #[serde(default)]
+    pub id: String,
+    pub role: Role,
+    #[serde(deserialize_with = "content_parts")]
+    pub content: Vec<ContentPart>,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+impl Message {
+    /// An empty assistant message, as it opens on the stream.
+    pub fn assistant(id: String) -> Message {
+        Message {
+            id,
+            role: Role::Assistant,
+            content: Vec::new(),
+            status: Some(ItemStatus::InProgress),
+        }
+    }
+
+    /// The text of all text parts, joined.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.content {
+            match part {
+                ContentPart::InputText { text }
+                | ContentPart::OutputText(OutputText { text, .. }) => out.push_str(text),
+                ContentPart::Refusal { refusal } => out.push_str(refusal),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// One part of a message's content.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    InputText {
+        text: String,
+    },
+    OutputText(OutputText),
+    Refusal {
+        refusal: String,
+    },
+    InputImage {
+        #[serde(default)]
+        image_url: Option<String>,
+        #[serde(default)]
+        file_id: Option<String>,
+        #[serde(default = "auto")]
+        detail: String,
+    },
+    InputFile {
+        #[serde(default)]
+        file_id: Option<String>,
+        #[serde(default)]
+        file_data: Option<String>,
+        #[serde(default)]
+        file_url: Option<String>,
+        #[serde(default)]
+        filename: Option<String>,
+    },
+}
+
+fn auto() -> String {
+    "auto".into()
+}
+
+/// Assistant text; `annotations` and `logprobs` are always present (empty) on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputText {
+    pub text: String,
+    #[serde(default)]
+    pub annotations: Vec<Value>,
+    #[serde(default)]
+    pub logprobs: Vec<Value>,
+}
+
+impl OutputText {
+    pub fn new(text: String) -> OutputText {
+        OutputText {
+            text,
+            annotations: Vec::new(),
+            logprobs: Vec::new(),
+        }
+    }
+}
+
+/// Accepts `"text"` or a list of parts; a string becomes one `input_text` part (turned into
+/// `output_text` for assistant messages by [`Item::normalise`]).
+fn content_parts<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<ContentPart>, D::Error> {
+    // An untagged enum would hide the inner error, so the two shapes are tried explicitly.
+    let value = Value::deserialize(de)?;
+    match value {
+        Value::String(text) => Ok(vec![ContentPart::InputText { text }]),
+        Value::Array(_) => {
+            serde_json::from_value::<Vec<ContentPart>>(value).map_err(serde::de::Error::custom)
+        }
+        other => Err(serde::de::Error::custom(format!(
+            "expected a string or an array of content parts, got {}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+/// A word for a JSON value's type, for error messages.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A call of a definition-only function tool, made by the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    #[serde(default)]
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+/// The client's output for a function call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCallOutput {
+    #[serde(default)]
+    pub id: String,
+    pub call_id: String,
+    pub output: ToolOutput,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+/// A tool output: text, or a list of content parts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolOutput {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl ToolOutput {
+    /// The output as text for a chat-completions `tool` message.
+    pub fn as_text(&self) -> String {
+        match self {
+            ToolOutput::Text(text) => text.clone(),
+            ToolOutput::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::InputText { text } => Some(text.as_str()),
+                    ContentPart::OutputText(t) => Some(t.text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}

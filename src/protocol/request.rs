@@ -1,0 +1,342 @@
+//! Request bodies. Unknown parameters are refused (as the OpenAI API does) so that a misspelt
+//! field is an error instead of a silently ignored setting.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::items::{Item, json_kind};
+
+/// A request field that is wrong, with the reason; becomes a 400 naming `param`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub param: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(param: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError {
+            param: param.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// `POST /v1/responses`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateResponse {
+    pub model: Option<String>,
+    /// A string or a list of items; parsed by [`CreateResponse::input_items`].
+    pub input: Option<Value>,
+    pub instructions: Option<String>,
+    pub metadata: Option<Map<String, Value>>,
+    pub store: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<Value>,
+    pub background: Option<bool>,
+    pub previous_response_id: Option<String>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    pub max_tool_calls: Option<u64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub top_logprobs: Option<u32>,
+    pub max_output_tokens: Option<u64>,
+    pub text: Option<Value>,
+    pub reasoning: Option<Value>,
+    pub truncation: Option<String>,
+    pub user: Option<String>,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub service_tier: Option<String>,
+    /// Accepted for compatibility; this service produces no optional extra output data.
+    pub include: Option<Vec<String>>,
+    pub prompt: Option<Value>,
+    pub conversation: Option<Value>,
+}
+
+/// Metadata limits of the Responses API.
+const METADATA_MAX_KEYS: usize = 16;
+const METADATA_MAX_KEY_LEN: usize = 64;
+const METADATA_MAX_VALUE_LEN: usize = 512;
+
+impl CreateResponse {
+    /// Checks the values the type system cannot: ranges, limits and unsupported features.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        range("temperature", self.temperature, 0.0, 2.0)?;
+        range("top_p", self.top_p, 0.0, 1.0)?;
+        range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
+        range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
+        if let Some(n) = self.top_logprobs
+            && n > 20
+        {
+            return Err(FieldError::new(
+                "top_logprobs",
+                format!(
+                    "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got {n} instead."
+                ),
+            ));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Err(FieldError::new(
+                "max_output_tokens",
+                "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 1, but got 0 instead.",
+            ));
+        }
+        if let Some(truncation) = &self.truncation
+            && truncation != "auto"
+            && truncation != "disabled"
+        {
+            return Err(FieldError::new(
+                "truncation",
+                format!(
+                    "Invalid value: '{truncation}'. Supported values are: 'auto' and 'disabled'."
+                ),
+            ));
+        }
+        if let Some(metadata) = &self.metadata {
+            validate_metadata(metadata)?;
+        }
+        if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
+            return Err(unsupported(
+                "prompt",
+                "Prompt templates are not supported by this service.",
+            ));
+        }
+        if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+            return Err(unsupported(
+                "conversation",
+                "Conversations are not supported by this service; chain responses with 'previous_response_id'.",
+            ));
+        }
+        if self.background == Some(true) {
+            return Err(unsupported(
+                "background",
+                "Background mode is not supported yet.",
+            ));
+        }
+        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(unsupported("tools", "Tools are not supported yet."));
+        }
+        if let Some(id) = &self.previous_response_id
+            && id.is_empty()
+        {
+            return Err(FieldError::new(
+                "previous_response_id",
+                "Invalid 'previous_response_id': empty string.",
+            ));
+        }
+        self.text_format()?;
+        Ok(())
+    }
+
+    /// The input as items: a string is one user message. Each item gets an id.
+    pub fn input_items(&self) -> Result<Vec<Item>, FieldError> {
+        parse_input(self.input.as_ref())
+    }
+
+    /// The structured-output format requested in `text.format`, if any besides plain text.
+    pub fn text_format(&self) -> Result<Option<Value>, FieldError> {
+        let Some(format) = self.text.as_ref().and_then(|t| t.get("format")) else {
+            return Ok(None);
+        };
+        match format.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(None),
+            Some("json_object") => Ok(Some(format.clone())),
+            Some("json_schema") => {
+                if !format.get("schema").is_some_and(Value::is_object) {
+                    return Err(FieldError::new(
+                        "text.format.schema",
+                        "Missing required parameter: 'text.format.schema'.",
+                    ));
+                }
+                if !format.get("name").is_some_and(Value::is_string) {
+                    return Err(FieldError::new(
+                        "text.format.name",
+                        "Missing required parameter: 'text.format.name'.",
+                    ));
+                }
+                Ok(Some(format.clone()))
+            }
+            Some(other) => Err(FieldError::new(
+                "text.format.type",
+                format!(
+                    "Invalid value: '{other}'. Supported values are: 'text', 'json_object' and 'json_schema'."
+                ),
+            )),
+            None => Err(FieldError::new(
+                "text.format.type",
+                "Missing required parameter: 'text.format.type'.",
+            )),
+        }
+    }
+}
+
+fn unsupported(param: &str, message: &str) -> FieldError {
+    FieldError::new(param, message)
+}
+
+fn range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<(), FieldError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => Err(FieldError::new(
+            param,
+            format!(
+                "Invalid '{param}': expected a value between {min} and {max}, but got {v} instead."
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn validate_metadata(metadata: &Map<String, Value>) -> Result<(), FieldError> {
+    if metadata.len() > METADATA_MAX_KEYS {
+        return Err(FieldError::new(
+            "metadata",
+            format!(
+                "Invalid 'metadata': too many properties. Expected an object with at most {METADATA_MAX_KEYS} properties, but got {} instead.",
+                metadata.len()
+            ),
+        ));
+    }
+    for (key, value) in metadata {
+        if key.chars().count() > METADATA_MAX_KEY_LEN {
+            return Err(FieldError::new(
+                "metadata",
+                format!(
+                    "Invalid 'metadata': key '{key}' is longer than {METADATA_MAX_KEY_LEN} characters."
+                ),
+            ));
+        }
+        let Some(text) = value.as_str() else {
+            return Err(FieldError::new(
+                format!("metadata.{key}"),
+                format!(
+                    "Invalid type for 'metadata.{key}': expected a string, but got {} instead.",
+                    json_kind(value)
+                ),
+            ));
+        };
+        if text.chars().count() > METADATA_MAX_VALUE_LEN {
+            return Err(FieldError::new(
+                format!("metadata.{key}"),
+                format!(
+                    "Invalid 'metadata.{key}': string too long. Expected a string with maximum length {METADATA_MAX_VALUE_LEN}."
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parses `input`: a string, or a list of items where a bare `{role, content}` is a message.
+pub fn parse_input(input: Option<&Value>) -> Result<Vec<Item>, FieldError> {
+    let mut items = match input {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => vec![Item::Message(super::items::Message {
+            id: String::new(),
+            role: super::items::Role::User,
+            content: vec![super::items::ContentPart::InputText { text: text.clone() }],
+            status: None,
+        })],
+        Some(Value::Array(values)) => {
+            let mut items = Vec::with_capacity(values.len());
+            for (index, value) in values.iter().enumerate() {
+                items.push(parse_item(value, &format!("input[{index}]"))?);
+            }
+            items
+        }
+        Some(other) => {
+            return Err(FieldError::new(
+                "input",
+                format!(
+                    "Invalid type for 'input': expected a string or an array of input items, but got {} instead.",
+                    json_kind(other)
+                ),
+            ));
+        }
+    };
+    for item in &mut items {
+        item.normalise();
+    }
+    Ok(items)
+}
+
+fn parse_item(value: &Value, path: &str) -> Result<Item, FieldError> {
+    let mut value = value.clone();
+    if let Value::Object(object) = &mut value
+        && !object.contains_key("type")
+        && object.contains_key("role")
+    {
+        object.insert("type".into(), Value::String("message".into()));
+    }
+    serde_path_to_error::deserialize::<_, Item>(value).map_err(|e| {
+        let inner = e.path().to_string();
+        let param = if inner == "." || inner.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}.{inner}")
+        };
+        describe_serde_error(&param, &e.into_inner().to_string())
+    })
+}
+
+/// Turns a serde message into an OpenAI-style one naming the field.
+pub fn describe_serde_error(param: &str, message: &str) -> FieldError {
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let name = rest.split('`').next().unwrap_or(rest);
+        let full = join_path(param, name);
+        return FieldError::new(full.clone(), format!("Unknown parameter: '{full}'."));
+    }
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        let name = rest.split('`').next().unwrap_or(rest);
+        let full = join_path(param, name);
+        return FieldError::new(
+            full.clone(),
+            format!("Missing required parameter: '{full}'."),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `") {
+        let name = rest.split('`').next().unwrap_or(rest);
+        let expected = rest
+            .split_once("expected ")
+            .map(|(_, e)| e.replace('`', "'"))
+            .unwrap_or_default();
+        return FieldError::new(
+            param,
+            format!("Invalid value for '{param}': '{name}'. Expected {expected}."),
+        );
+    }
+    let message = message.split(" at line ").next().unwrap_or(message);
+    if param.is_empty() || param == "." {
+        FieldError::new("", format!("Invalid request body: {message}."))
+    } else {
+        FieldError::new(param, format!("Invalid value for '{param}': {message}."))
+    }
+}
+
+fn join_path(parent: &str, name: &str) -> String {
+    if parent.is_empty() || parent == "." {
+        name.to_string()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+/// Query of `GET /v1/responses/{id}/input_items` (`include[]` is accepted and ignored).
+#[derive(Debug, Default, Deserialize)]
+pub struct ListInputItems {
+    pub limit: Option<String>,
+    pub order: Option<String>,
+    pub after: Option<String>,
+}
+
+/// Query of `GET /v1/responses/{id}`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RetrieveResponse {
+    pub stream: Option<bool>,
+    pub starting_after: Option<u64>,
+}

@@ -1,0 +1,135 @@
+//! The Response object (SPEC §4). Every key is always serialised, `null` when not applicable,
+//! because strict clients reject a missing key.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::items::Item;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseStatus {
+    Queued,
+    InProgress,
+    Completed,
+    Failed,
+    Incomplete,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResponseObject {
+    pub id: String,
+    pub object: String,
+    pub created_at: i64,
+    pub completed_at: Option<i64>,
+    pub status: ResponseStatus,
+    pub error: Option<ResponseError>,
+    pub incomplete_details: Option<IncompleteDetails>,
+    pub instructions: Option<String>,
+    pub model: String,
+    pub output: Vec<Item>,
+    pub parallel_tool_calls: bool,
+    pub previous_response_id: Option<String>,
+    pub tools: Vec<Value>,
+    pub tool_choice: Value,
+    pub truncation: String,
+    pub text: Value,
+    pub reasoning: Value,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub top_logprobs: Option<u32>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub store: bool,
+    pub background: bool,
+    pub service_tier: Option<String>,
+    pub metadata: Map<String, Value>,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub user: Option<String>,
+    pub usage: Option<Usage>,
+    /// Extension: non-null while the run waits for the client (SPEC §3).
+    pub required_action: Option<Value>,
+}
+
+/// `error` of a failed response: `{code, message}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResponseError {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IncompleteDetails {
+    pub reason: String,
+}
+
+/// Token usage, summed over every model turn of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens: u64,
+    pub output_tokens_details: OutputTokensDetails,
+    pub total_tokens: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InputTokensDetails {
+    pub cached_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.input_tokens_details.cached_tokens += other.input_tokens_details.cached_tokens;
+        self.input_tokens_details.cache_write_tokens +=
+            other.input_tokens_details.cache_write_tokens;
+        self.output_tokens += other.output_tokens;
+        self.output_tokens_details.reasoning_tokens += other.output_tokens_details.reasoning_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// `{"id":…,"object":"response","deleted":true}`
+#[derive(Debug, Serialize)]
+pub struct Deleted {
+    pub id: String,
+    pub object: &'static str,
+    pub deleted: bool,
+}
+
+/// A page of a list endpoint.
+#[derive(Debug, Serialize)]
+pub struct List<T> {
+    pub object: &'static str,
+    pub data: Vec<T>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+/// One entry of `GET /v1/models`.
+#[derive(Debug, Serialize)]
+pub struct Model {
+    pub id: String,
+    pub object: &'static str,
+    pub created: i64,
+    pub owned_by: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<Model>,
+}

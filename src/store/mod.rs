@@ -1,0 +1,230 @@
+//! Persistence of runs, their input items and their event logs. `RunStore` is the only way
+//! anything reaches the database; SQLite and PostgreSQL implement it with the same SQL.
+
+pub mod postgres;
+mod sql;
+pub mod sqlite;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::protocol::items::Item;
+use crate::protocol::response::ResponseObject;
+
+/// The tenant every row belongs to until API keys arrive.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// The persisted state of a run (SPEC §3). The allowed transitions live in `engine::state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunState {
+    Queued,
+    InProgress,
+    RequiresAction,
+    Completed,
+    Failed,
+    Incomplete,
+    Cancelled,
+    Expired,
+}
+
+impl RunState {
+    pub const ALL: [RunState; 8] = [
+        RunState::Queued,
+        RunState::InProgress,
+        RunState::RequiresAction,
+        RunState::Completed,
+        RunState::Failed,
+        RunState::Incomplete,
+        RunState::Cancelled,
+        RunState::Expired,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::InProgress => "in_progress",
+            RunState::RequiresAction => "requires_action",
+            RunState::Completed => "completed",
+            RunState::Failed => "failed",
+            RunState::Incomplete => "incomplete",
+            RunState::Cancelled => "cancelled",
+            RunState::Expired => "expired",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunState> {
+        RunState::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// A state the run never leaves.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunState::Completed
+                | RunState::Failed
+                | RunState::Incomplete
+                | RunState::Cancelled
+                | RunState::Expired
+        )
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    /// A compare-and-set found the run in another state.
+    #[error("conflict: the run is {actual:?}")]
+    Conflict { actual: RunState },
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> StoreError {
+        match e {
+            sqlx::Error::RowNotFound => StoreError::NotFound,
+            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+                StoreError::Corrupt(e.to_string())
+            }
+            other => StoreError::Database(other.to_string()),
+        }
+    }
+}
+
+/// A run to insert, with its input items.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    pub tenant_id: String,
+    pub state: RunState,
+    pub body: ResponseObject,
+    pub input_items: Vec<Item>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub now_ms: i64,
+}
+
+/// A stored run.
+#[derive(Clone, Debug)]
+pub struct StoredRun {
+    pub tenant_id: String,
+    pub state: RunState,
+    pub body: ResponseObject,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub updated_at: i64,
+}
+
+/// One event of a run's log, as streamed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    pub response_id: Arc<str>,
+    pub tenant_id: Arc<str>,
+    pub sequence_number: u64,
+    /// The event's `type`, borrowed for live events, owned when read back.
+    pub event_type: Cow<'static, str>,
+    /// The event's JSON text, serialised once.
+    pub data: Arc<str>,
+    pub created_at: i64,
+}
+
+/// One page of `input_items`.
+#[derive(Clone, Debug, Default)]
+pub struct ItemPage {
+    pub limit: u32,
+    pub descending: bool,
+    pub after: Option<String>,
+}
+
+#[async_trait]
+pub trait RunStore: Send + Sync + 'static {
+    /// Which backend this is, for logs and health output.
+    fn backend(&self) -> &'static str;
+
+    /// Succeeds when the database answers and the migrations are applied.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Inserts a run and its input items in one transaction.
+    async fn insert_run(&self, run: &NewRun) -> Result<(), StoreError>;
+
+    async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, StoreError>;
+
+    /// Compare-and-set: moves the run from `from` to `to` and stores `body`, or reports
+    /// `Conflict` with the state it found (`NotFound` when there is no such run).
+    async fn transition(
+        &self,
+        id: &str,
+        from: RunState,
+        to: RunState,
+        body: &ResponseObject,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Appends events (any runs) in one transaction.
+    async fn append_events(&self, events: &[EventRecord]) -> Result<(), StoreError>;
+
+    /// A run's events with a sequence number above `after` (all with `None`), in order.
+    async fn events_after(
+        &self,
+        id: &str,
+        after: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError>;
+
+    /// All input items of a run, in order.
+    async fn input_items(&self, tenant_id: &str, id: &str) -> Result<Vec<Item>, StoreError>;
+
+    /// One page of a run's input items and whether more follow. `NotFound` when `after`
+    /// names no item of this run.
+    async fn list_input_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        page: &ItemPage,
+    ) -> Result<(Vec<Item>, bool), StoreError>;
+
+    /// Deletes a run with its items and events.
+    async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
+
+    /// Extends the lease of every unfinished run held by `owner`; returns how many.
+    async fn renew_leases(&self, owner: &str, until_ms: i64) -> Result<u64, StoreError>;
+
+    /// Queued or in-progress runs not held by `exclude_owner` whose lease ran out before
+    /// `now_ms`: their instance is gone.
+    async fn stale_runs(
+        &self,
+        now_ms: i64,
+        exclude_owner: &str,
+    ) -> Result<Vec<StoredRun>, StoreError>;
+
+    /// The highest sequence number in a run's event log.
+    async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError>;
+
+    /// Runs in one of `states` whose lease is held by `owner`.
+    async fn runs_owned_by(
+        &self,
+        owner: &str,
+        states: &[RunState],
+    ) -> Result<Vec<StoredRun>, StoreError>;
+}
+
+/// Opens the store named by the URL's scheme and applies its migrations.
+pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn RunStore>, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(
+            sqlite::SqliteStore::connect(url, max_connections).await?,
+        ))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Ok(Arc::new(
+            postgres::PostgresStore::connect(url, max_connections).await?,
+        ))
+    } else {
+        Err(StoreError::Database(format!(
+            "unsupported database URL scheme in {url:?}"
+        )))
+    }
+}

@@ -1,0 +1,411 @@
+//! The SQL both backends share. SQLite and PostgreSQL accept the same statements here (`$N`
+//! placeholders, `ON CONFLICT`, plain types), so one implementation is generated for each pool
+//! type instead of two copies drifting apart. Backend-specific parts (connecting, pragmas,
+//! later `FOR UPDATE SKIP LOCKED`) stay in `sqlite.rs` and `postgres.rs`.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use sqlx::types::Json;
+
+use super::{EventRecord, RunState, StoreError, StoredRun};
+use crate::protocol::items::Item;
+use crate::protocol::response::ResponseObject;
+
+/// Rows per multi-row INSERT: well under SQLite's 32,766 bound parameters.
+pub(super) const INSERT_CHUNK: usize = 1000;
+
+#[derive(sqlx::FromRow)]
+pub(super) struct RunRow {
+    pub tenant_id: String,
+    pub state: String,
+    pub body: Json<ResponseObject>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub updated_at: i64,
+}
+
+impl TryFrom<RunRow> for StoredRun {
+    type Error = StoreError;
+
+    fn try_from(row: RunRow) -> Result<StoredRun, StoreError> {
+        Ok(StoredRun {
+            tenant_id: row.tenant_id,
+            state: parse_state(&row.state)?,
+            body: row.body.0,
+            lease_owner: row.lease_owner,
+            lease_expires_at: row.lease_expires_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+pub(super) fn parse_state(text: &str) -> Result<RunState, StoreError> {
+    RunState::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown run state {text:?}")))
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct EventRow {
+    pub response_id: String,
+    pub tenant_id: String,
+    pub sequence_number: i64,
+    pub event_type: String,
+    pub data: String,
+    pub created_at: i64,
+}
+
+impl From<EventRow> for EventRecord {
+    fn from(row: EventRow) -> EventRecord {
+        EventRecord {
+            response_id: Arc::from(row.response_id),
+            tenant_id: Arc::from(row.tenant_id),
+            sequence_number: row.sequence_number.max(0) as u64,
+            event_type: Cow::Owned(row.event_type),
+            data: Arc::from(row.data),
+            created_at: row.created_at,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct ItemRow {
+    pub item: Json<Item>,
+}
+
+/// The columns of a `RunRow`, for `concat!` into queries (no `format!` into SQL).
+macro_rules! run_columns {
+    () => {
+        "tenant_id, state, body, lease_owner, lease_expires_at, updated_at"
+    };
+}
+pub(super) use run_columns;
+
+/// Implements `RunStore` for a store struct with a `pool` field of the given database.
+macro_rules! impl_run_store {
+    ($store:ty, $db:ty, $backend:literal) => {
+        #[async_trait::async_trait]
+        impl $crate::store::RunStore for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            async fn ping(&self) -> Result<(), $crate::store::StoreError> {
+                let applied: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM _sqlx_migrations WHERE success = TRUE",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                let expected = Self::MIGRATOR.iter().count() as i64;
+                if applied < expected {
+                    return Err($crate::store::StoreError::Database(format!(
+                        "{applied} of {expected} migrations applied"
+                    )));
+                }
+                Ok(())
+            }
+
+            async fn insert_run(
+                &self,
+                run: &$crate::store::NewRun,
+            ) -> Result<(), $crate::store::StoreError> {
+                use sqlx::types::Json;
+                let mut tx = self.pool.begin().await?;
+                sqlx::query(
+                    "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
+                     created_at, updated_at, lease_owner, lease_expires_at, body) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                )
+                .bind(&run.body.id)
+                .bind(&run.tenant_id)
+                .bind(run.state.as_str())
+                .bind(&run.body.previous_response_id)
+                .bind(run.body.store)
+                .bind(run.now_ms)
+                .bind(run.now_ms)
+                .bind(&run.lease_owner)
+                .bind(run.lease_expires_at)
+                .bind(Json(&run.body))
+                .execute(&mut *tx)
+                .await?;
+                let items: Vec<(usize, &$crate::protocol::items::Item)> =
+                    run.input_items.iter().enumerate().collect();
+                for chunk in items.chunks($crate::store::sql::INSERT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
+                    );
+                    insert.push_values(chunk, |mut row, (position, item)| {
+                        row.push_bind(&run.body.id)
+                            .push_bind(*position as i64)
+                            .push_bind(&run.tenant_id)
+                            .push_bind(item.id())
+                            .push_bind(Json(*item));
+                    });
+                    insert.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn get_run(
+                &self,
+                tenant_id: &str,
+                id: &str,
+            ) -> Result<$crate::store::StoredRun, $crate::store::StoreError> {
+                let row: Option<$crate::store::sql::RunRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    $crate::store::sql::run_columns!(),
+                    " FROM responses WHERE tenant_id = $1 AND id = $2"
+                ))
+                    .bind(tenant_id)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.ok_or($crate::store::StoreError::NotFound)?.try_into()
+            }
+
+            async fn transition(
+                &self,
+                id: &str,
+                from: $crate::store::RunState,
+                to: $crate::store::RunState,
+                body: &$crate::protocol::response::ResponseObject,
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let updated = sqlx::query(
+                    "UPDATE responses SET state = $1, body = $2, updated_at = $3 \
+                     WHERE id = $4 AND state = $5",
+                )
+                .bind(to.as_str())
+                .bind(sqlx::types::Json(body))
+                .bind(now_ms)
+                .bind(id)
+                .bind(from.as_str())
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                if updated == 1 {
+                    return Ok(());
+                }
+                let actual: Option<String> =
+                    sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                match actual {
+                    None => Err($crate::store::StoreError::NotFound),
+                    Some(state) => Err($crate::store::StoreError::Conflict {
+                        actual: $crate::store::sql::parse_state(&state)?,
+                    }),
+                }
+            }
+
+            async fn append_events(
+                &self,
+                events: &[$crate::store::EventRecord],
+            ) -> Result<(), $crate::store::StoreError> {
+                if events.is_empty() {
+                    return Ok(());
+                }
+                let mut tx = self.pool.begin().await?;
+                for chunk in events.chunks($crate::store::sql::INSERT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO response_events \
+                         (response_id, sequence_number, tenant_id, event_type, data, created_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, event| {
+                        row.push_bind(&*event.response_id)
+                            .push_bind(event.sequence_number as i64)
+                            .push_bind(&*event.tenant_id)
+                            .push_bind(&*event.event_type)
+                            .push_bind(&*event.data)
+                            .push_bind(event.created_at);
+                    });
+                    insert.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn events_after(
+                &self,
+                id: &str,
+                after: Option<u64>,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::EventRecord>, $crate::store::StoreError> {
+                let after = after.map_or(-1, |n| n as i64);
+                let rows: Vec<$crate::store::sql::EventRow> = sqlx::query_as(
+                    "SELECT response_id, sequence_number, tenant_id, event_type, data, created_at \
+                     FROM response_events WHERE response_id = $1 AND sequence_number > $2 \
+                     ORDER BY sequence_number LIMIT $3",
+                )
+                .bind(id)
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows.into_iter().map(Into::into).collect())
+            }
+
+            async fn input_items(
+                &self,
+                tenant_id: &str,
+                id: &str,
+            ) -> Result<Vec<$crate::protocol::items::Item>, $crate::store::StoreError> {
+                let rows: Vec<$crate::store::sql::ItemRow> = sqlx::query_as(
+                    "SELECT item FROM input_items WHERE tenant_id = $1 AND response_id = $2 \
+                     ORDER BY position",
+                )
+                .bind(tenant_id)
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows.into_iter().map(|r| r.item.0).collect())
+            }
+
+            async fn list_input_items(
+                &self,
+                tenant_id: &str,
+                id: &str,
+                page: &$crate::store::ItemPage,
+            ) -> Result<(Vec<$crate::protocol::items::Item>, bool), $crate::store::StoreError>
+            {
+                let after: Option<i64> = match &page.after {
+                    None => None,
+                    Some(item_id) => Some(
+                        sqlx::query_scalar(
+                            "SELECT position FROM input_items \
+                             WHERE tenant_id = $1 AND response_id = $2 AND item_id = $3",
+                        )
+                        .bind(tenant_id)
+                        .bind(id)
+                        .bind(item_id)
+                        .fetch_optional(&self.pool)
+                        .await?
+                        .ok_or($crate::store::StoreError::NotFound)?,
+                    ),
+                };
+                let query = if page.descending {
+                    "SELECT item FROM input_items WHERE tenant_id = $1 AND response_id = $2 \
+                     AND position < $3 ORDER BY position DESC LIMIT $4"
+                } else {
+                    "SELECT item FROM input_items WHERE tenant_id = $1 AND response_id = $2 \
+                     AND position > $3 ORDER BY position ASC LIMIT $4"
+                };
+                let bound = after.unwrap_or(if page.descending { i64::MAX } else { -1 });
+                let rows: Vec<$crate::store::sql::ItemRow> = sqlx::query_as(query)
+                    .bind(tenant_id)
+                    .bind(id)
+                    .bind(bound)
+                    .bind(i64::from(page.limit) + 1)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut items: Vec<_> = rows.into_iter().map(|r| r.item.0).collect();
+                let has_more = items.len() > page.limit as usize;
+                items.truncate(page.limit as usize);
+                Ok((items, has_more))
+            }
+
+            async fn delete_run(
+                &self,
+                tenant_id: &str,
+                id: &str,
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let deleted = sqlx::query("DELETE FROM responses WHERE tenant_id = $1 AND id = $2")
+                    .bind(tenant_id)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if deleted == 0 {
+                    return Err($crate::store::StoreError::NotFound);
+                }
+                sqlx::query("DELETE FROM input_items WHERE response_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM response_events WHERE response_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn renew_leases(
+                &self,
+                owner: &str,
+                until_ms: i64,
+            ) -> Result<u64, $crate::store::StoreError> {
+                Ok(sqlx::query(
+                    "UPDATE responses SET lease_expires_at = $1 \
+                     WHERE lease_owner = $2 AND state IN ('queued', 'in_progress')",
+                )
+                .bind(until_ms)
+                .bind(owner)
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
+            }
+
+            async fn stale_runs(
+                &self,
+                now_ms: i64,
+                exclude_owner: &str,
+            ) -> Result<Vec<$crate::store::StoredRun>, $crate::store::StoreError> {
+                let rows: Vec<$crate::store::sql::RunRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    $crate::store::sql::run_columns!(),
+                    " FROM responses WHERE state IN ('queued', 'in_progress') \
+                     AND (lease_owner IS NULL OR lease_owner <> $1) \
+                     AND (lease_expires_at IS NULL OR lease_expires_at < $2) \
+                     ORDER BY created_at"
+                ))
+                .bind(exclude_owner)
+                .bind(now_ms)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(TryInto::try_into).collect()
+            }
+
+            async fn last_sequence_number(
+                &self,
+                id: &str,
+            ) -> Result<Option<u64>, $crate::store::StoreError> {
+                let last: Option<i64> = sqlx::query_scalar(
+                    "SELECT MAX(sequence_number) FROM response_events WHERE response_id = $1",
+                )
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(last.map(|n| n.max(0) as u64))
+            }
+
+            async fn runs_owned_by(
+                &self,
+                owner: &str,
+                states: &[$crate::store::RunState],
+            ) -> Result<Vec<$crate::store::StoredRun>, $crate::store::StoreError> {
+                if states.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
+                    "SELECT ",
+                    $crate::store::sql::run_columns!(),
+                    " FROM responses WHERE lease_owner = "
+                ));
+                query.push_bind(owner).push(" AND state IN (");
+                let mut list = query.separated(", ");
+                for state in states {
+                    list.push_bind(state.as_str());
+                }
+                query.push(") ORDER BY created_at");
+                let rows: Vec<$crate::store::sql::RunRow> =
+                    query.build_query_as().fetch_all(&self.pool).await?;
+                rows.into_iter().map(TryInto::try_into).collect()
+            }
+        }
+    };
+}
+
+pub(super) use impl_run_store;
