@@ -273,7 +273,18 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, FieldError> {
     {
         object.insert("type".into(), Value::String("message".into()));
     }
-    serde_path_to_error::deserialize::<_, Item>(value).map_err(|e| {
+    // Each type is parsed as its own struct: through the tagged enum, serde would lose the
+    // path of a nested error (`input[0]` instead of `input[0].role`).
+    match value.get("type").and_then(Value::as_str) {
+        Some("message") => typed(value, path).map(Item::Message),
+        Some("function_call") => typed(value, path).map(Item::FunctionCall),
+        Some("function_call_output") => typed(value, path).map(Item::FunctionCallOutput),
+        _ => typed(value, path),
+    }
+}
+
+fn typed<T: serde::de::DeserializeOwned>(value: Value, path: &str) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let inner = e.path().to_string();
         let param = if inner == "." || inner.is_empty() {
             path.to_string()
@@ -318,8 +329,11 @@ pub fn describe_serde_error(param: &str, message: &str) -> FieldError {
     }
 }
 
+/// `parent.name`, unless serde already put `name` at the end of the path.
 fn join_path(parent: &str, name: &str) -> String {
-    if parent.is_empty() || parent == "." {
+    if parent == name || parent.ends_with(&format!(".{name}")) {
+        parent.to_string()
+    } else if parent.is_empty() || parent == "." {
         name.to_string()
     } else {
         format!("{parent}.{name}")

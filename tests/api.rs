@@ -1,0 +1,758 @@
+//! The Responses API over HTTP against the real router, on SQLite, with a scripted fake LLM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+fn hello() -> Value {
+    json!({"model": "gpt-4o-mini", "input": "Say hello"})
+}
+
+#[tokio::test]
+async fn a_streamed_text_run_sends_the_spec_event_sequence_numbered_from_zero() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("Hello there world"));
+
+    let sse = app.stream(&hello()).await;
+
+    assert_eq!(sse.status, 200);
+    assert!(sse.content_type.starts_with("text/event-stream"));
+    assert_eq!(
+        sse.types(),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    assert!(sse.done, "the stream ends with [DONE]");
+    assert!(sse.raw.ends_with("data: [DONE]\n\n"));
+    assert_numbering(&sse);
+
+    let created = &sse.events[0].data["response"];
+    assert_eq!(created["status"], "in_progress");
+    assert_response_keys(created);
+    let added = &sse.events[2].data;
+    assert_eq!(added["output_index"], 0);
+    assert_eq!(added["item"]["type"], "message");
+    assert_eq!(added["item"]["status"], "in_progress");
+    assert_eq!(added["item"]["content"], json!([]));
+    let item_id = added["item"]["id"].as_str().unwrap();
+    assert!(item_id.starts_with("msg_"));
+    assert_eq!(
+        sse.events[3].data["part"],
+        json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []})
+    );
+    let deltas: Vec<&str> = sse.events[4..7]
+        .iter()
+        .map(|e| {
+            assert_eq!(e.data["item_id"], item_id);
+            assert_eq!(e.data["output_index"], 0);
+            assert_eq!(e.data["content_index"], 0);
+            assert_eq!(e.data["logprobs"], json!([]));
+            e.data["delta"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(deltas, ["Hello", " there", " world"]);
+    assert_eq!(sse.events[7].data["text"], "Hello there world");
+    assert_eq!(sse.events[9].data["item"]["status"], "completed");
+    let completed = &sse.last().data["response"];
+    assert_eq!(completed["status"], "completed");
+    assert_eq!(
+        completed["output"][0]["content"][0]["text"],
+        "Hello there world"
+    );
+    assert_eq!(completed["usage"]["input_tokens"], 10);
+    assert_eq!(completed["usage"]["output_tokens"], 3);
+    assert_eq!(completed["usage"]["total_tokens"], 13);
+    assert_response_keys(completed);
+
+    // What the upstream received: the mapped chat request.
+    let sent = &app.llm.requests()[0];
+    assert_eq!(sent["model"], "gpt-4o-mini");
+    assert_eq!(sent["stream"], true);
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "user", "content": "Say hello"}])
+    );
+}
+
+#[tokio::test]
+async fn a_non_streamed_run_returns_the_completed_response_with_every_key() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("Fine, thanks"));
+
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "How are you?", "instructions": "Be brief",
+                    "metadata": {"ticket": "42"}, "temperature": 0.5, "max_output_tokens": 100}),
+        )
+        .await;
+
+    assert_eq!(status, 200, "{body}");
+    assert_response_keys(&body);
+    assert!(body["id"].as_str().unwrap().starts_with("resp_"));
+    assert_eq!(body["object"], "response");
+    assert_eq!(body["status"], "completed");
+    assert!(body["completed_at"].as_i64().unwrap() >= body["created_at"].as_i64().unwrap());
+    assert_eq!(body["instructions"], "Be brief");
+    assert_eq!(body["metadata"], json!({"ticket": "42"}));
+    assert_eq!(body["temperature"], 0.5);
+    assert_eq!(body["max_output_tokens"], 100);
+    assert_eq!(body["required_action"], Value::Null);
+    assert_eq!(body["output"][0]["content"][0]["text"], "Fine, thanks");
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+               "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 12})
+    );
+    let sent = &app.llm.requests()[0];
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "system", "content": "Be brief"}, {"role": "user", "content": "How are you?"}])
+    );
+    assert_eq!(sent["temperature"], 0.5);
+    assert_eq!(sent["max_tokens"], 100);
+}
+
+#[tokio::test]
+async fn a_stored_run_can_be_retrieved_and_deleted() {
+    let app = spawn_app().await;
+    let (_, created) = app.post("/v1/responses", &hello()).await;
+    let id = created["id"].as_str().unwrap();
+
+    let (status, fetched) = app.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(fetched, created);
+
+    let (status, deleted) = app.delete(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        deleted,
+        json!({"id": id, "object": "response", "deleted": true})
+    );
+
+    let (status, body) = app.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        body,
+        json!({"error": {"message": format!("Response with id '{id}' not found."),
+                         "type": "invalid_request_error", "param": null, "code": null}})
+    );
+    let (status, _) = app.delete(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 404);
+    let (status, _) = app.get(&format!("/v1/responses/{id}/input_items")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_continuation_sends_the_whole_chain_to_the_model_without_old_instructions() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("Paris"));
+    app.llm.push(Turn::text("About two million"));
+    app.llm.push(Turn::text("Yes"));
+
+    let (_, first) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "Capital of France?", "instructions": "Old"}),
+        )
+        .await;
+    let (_, second) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "Population?", "instructions": "New",
+                    "previous_response_id": first["id"]}),
+        )
+        .await;
+    assert_eq!(second["previous_response_id"], first["id"]);
+    let third = app
+        .stream(&json!({"model": "gpt-4o-mini",
+                        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Sure?"}]}],
+                        "previous_response_id": second["id"]}))
+        .await;
+    assert_eq!(third.last().data["response"]["status"], "completed");
+
+    let requests = app.llm.requests();
+    assert_eq!(
+        requests[1]["messages"],
+        json!([
+            {"role": "system", "content": "New"},
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris"},
+            {"role": "user", "content": "Population?"},
+        ])
+    );
+    assert_eq!(
+        requests[2]["messages"],
+        json!([
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris"},
+            {"role": "user", "content": "Population?"},
+            {"role": "assistant", "content": "About two million"},
+            {"role": "user", "content": "Sure?"},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn input_items_are_listed_in_pages_in_either_order() {
+    let app = spawn_app().await;
+    let input: Vec<Value> = (0..5)
+        .map(|i| json!({"role": "user", "content": format!("message {i}")}))
+        .collect();
+    let (_, created) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": input}),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap();
+    let path = format!("/v1/responses/{id}/input_items");
+
+    let (status, page) = app.get(&format!("{path}?order=asc&limit=2")).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["object"], "list");
+    let texts = |page: &Value| -> Vec<String> {
+        page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["content"][0]["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(texts(&page), ["message 0", "message 1"]);
+    assert_eq!(page["has_more"], true);
+    assert_eq!(page["first_id"], page["data"][0]["id"]);
+    assert_eq!(page["last_id"], page["data"][1]["id"]);
+    let item = &page["data"][0];
+    assert_eq!(item["type"], "message");
+    assert_eq!(item["role"], "user");
+    assert_eq!(item["status"], "completed");
+    assert_eq!(item["content"][0]["type"], "input_text");
+    assert!(item["id"].as_str().unwrap().starts_with("msg_"));
+
+    let after = page["last_id"].as_str().unwrap();
+    let (_, next) = app
+        .get(&format!("{path}?order=asc&limit=2&after={after}"))
+        .await;
+    assert_eq!(texts(&next), ["message 2", "message 3"]);
+    let after = next["last_id"].as_str().unwrap();
+    let (_, last) = app
+        .get(&format!("{path}?order=asc&limit=2&after={after}"))
+        .await;
+    assert_eq!(texts(&last), ["message 4"]);
+    assert_eq!(last["has_more"], false);
+
+    let (_, newest_first) = app.get(&path).await;
+    assert_eq!(
+        texts(&newest_first),
+        [
+            "message 4",
+            "message 3",
+            "message 2",
+            "message 1",
+            "message 0"
+        ]
+    );
+    assert_eq!(newest_first["has_more"], false);
+
+    for (query, param) in [
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("limit=x", "limit"),
+        ("order=up", "order"),
+        ("after=msg_nope", "after"),
+    ] {
+        let (status, body) = app.get(&format!("{path}?{query}")).await;
+        assert_eq!(status, 400, "{query}");
+        assert_eq!(body["error"]["param"], param, "{query}: {body}");
+    }
+}
+
+/// `(request body, status, param, message fragment, code)`
+async fn expect_error(
+    app: &TestApp,
+    body: Value,
+    status: u16,
+    param: Value,
+    fragment: &str,
+) -> Value {
+    let (got, reply) = app.post("/v1/responses", &body).await;
+    assert_eq!(got, status, "{body} -> {reply}");
+    assert_eq!(reply["error"]["param"], param, "{body} -> {reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains(fragment), "{message:?} lacks {fragment:?}");
+    assert_eq!(reply["error"]["type"], "invalid_request_error");
+    reply
+}
+
+#[tokio::test]
+async fn bad_requests_get_a_400_naming_the_field_and_run_nothing() {
+    let app = spawn_app().await;
+    expect_error(
+        &app,
+        json!({"input": "hi"}),
+        400,
+        json!("model"),
+        "Missing required parameter: 'model'",
+    )
+    .await;
+    let reply = expect_error(
+        &app,
+        json!({"model": "nope", "input": "hi"}),
+        400,
+        json!("model"),
+        "The model 'nope' does not exist",
+    )
+    .await;
+    assert_eq!(reply["error"]["code"], "model_not_found");
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": "hi", "temperature": "hot"}),
+        400,
+        json!("temperature"),
+        "invalid type: string \"hot\", expected f64",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": "hi", "temperature": 3}),
+        400,
+        json!("temperature"),
+        "between 0 and 2",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": "hi", "tempreature": 1}),
+        400,
+        json!("tempreature"),
+        "Unknown parameter: 'tempreature'.",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": 5}),
+        400,
+        json!("input"),
+        "expected a string or an array of input items",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": [{"type": "bogus"}]}),
+        400,
+        json!("input[0].type"),
+        "'bogus'",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": [{"role": "user"}]}),
+        400,
+        json!("input[0].content"),
+        "Missing required parameter: 'input[0].content'.",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": [{"role": "robot", "content": "x"}]}),
+        400,
+        json!("input[0].role"),
+        "'robot'",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": "hi", "metadata": {"n": 1}}),
+        400,
+        json!("metadata.n"),
+        "expected a string",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini"}),
+        400,
+        json!("input"),
+        "Missing required parameter: 'input'",
+    )
+    .await;
+    expect_error(
+        &app,
+        json!({"model": "gpt-4o-mini", "input": "hi", "text": {"format": {"type": "yaml"}}}),
+        400,
+        json!("text.format.type"),
+        "'yaml'",
+    )
+    .await;
+    // Unknown previous response: an HTTP error even when a stream was asked for.
+    for stream in [false, true] {
+        let reply = expect_error(
+            &app,
+            json!({"model": "gpt-4o-mini", "input": "hi", "stream": stream,
+                                              "previous_response_id": "resp_missing"}),
+            400,
+            json!("previous_response_id"),
+            "Previous response with id 'resp_missing' not found.",
+        )
+        .await;
+        assert_eq!(reply["error"]["code"], "previous_response_not_found");
+    }
+    assert!(
+        app.llm.requests().is_empty(),
+        "no bad request reached the model"
+    );
+}
+
+#[tokio::test]
+async fn malformed_bodies_and_unknown_routes_get_the_error_envelope() {
+    let app = spawn_app_with(|c| c.server.body_limit_bytes = 1024).await;
+    let post_raw = |body: String, content_type: &'static str| {
+        app.client
+            .post(app.url("/v1/responses"))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+
+    let reply = post_raw("{\"model\": ".into(), "application/json")
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 400);
+    let body: Value = reply.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("We could not parse the JSON body")
+    );
+
+    let reply = post_raw(
+        format!("{{\"model\":\"{}\"}}", "x".repeat(2000)),
+        "application/json",
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status(), 413);
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "request_too_large");
+
+    let reply = post_raw("model=x".into(), "application/x-www-form-urlencoded")
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 415);
+
+    let (status, body) = app.get("/v1/nothing").await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["message"], "Invalid URL (GET /v1/nothing)");
+    let reply = app
+        .client
+        .put(app.url("/v1/responses"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 405);
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+}
+
+#[tokio::test]
+async fn upstream_failures_mid_stream_end_with_error_then_response_failed() {
+    let app = spawn_app().await;
+    let cut = Turn {
+        // The pause lets the first chunk leave before the connection drops.
+        steps: vec![
+            Step::Text {
+                text: "Partial".into(),
+            },
+            Step::Delay { ms: 100 },
+            Step::Cut,
+        ],
+    };
+    let cases = [
+        (
+            Turn::error(500, "boom"),
+            "upstream_error",
+            "answered 500: boom",
+        ),
+        (
+            Turn::error(429, "slow down"),
+            "upstream_rate_limited",
+            "answered 429: slow down",
+        ),
+        (
+            Turn::text("late").delayed(3_000),
+            "upstream_timeout",
+            "did not answer within 2000 ms",
+        ),
+        (cut, "upstream_stream_error", "stream broke"),
+    ];
+    for (turn, code, fragment) in cases {
+        app.llm.push(turn);
+        let sse = app.stream(&hello()).await;
+        assert_numbering(&sse);
+        assert!(sse.done);
+        let n = sse.events.len();
+        assert_eq!(sse.events[n - 2].event, "error", "{code}");
+        let error = &sse.events[n - 2].data;
+        assert_eq!(error["code"], code);
+        assert!(
+            error["message"].as_str().unwrap().contains(fragment),
+            "{error}"
+        );
+        assert_eq!(error["error"]["code"], code);
+        assert_eq!(error["error"]["type"], "server_error");
+        let failed = &sse.last().data["response"];
+        assert_eq!(sse.last().event, "response.failed");
+        assert_eq!(failed["status"], "failed");
+        let expected_code = if code == "upstream_rate_limited" {
+            "rate_limit_exceeded"
+        } else {
+            "server_error"
+        };
+        assert_eq!(failed["error"]["code"], expected_code);
+
+        let (_, stored) = app
+            .get(&format!("/v1/responses/{}", sse.response_id()))
+            .await;
+        assert_eq!(stored["status"], "failed");
+        assert_eq!(stored["error"], failed["error"]);
+        if code == "upstream_stream_error" {
+            // The item open at the failure is closed incomplete, and kept.
+            let done = sse
+                .events
+                .iter()
+                .find(|e| e.event == "response.output_item.done")
+                .unwrap();
+            assert_eq!(done.data["item"]["status"], "incomplete");
+            assert_eq!(stored["output"][0]["status"], "incomplete");
+            assert_eq!(stored["output"][0]["content"][0]["text"], "Partial");
+        }
+    }
+}
+
+#[tokio::test]
+async fn upstream_failures_without_a_stream_are_502_or_504_and_the_run_is_stored_failed() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::error(500, "boom"));
+    let (status, body) = app.post("/v1/responses", &hello()).await;
+    assert_eq!(status, 502);
+    assert_eq!(body["error"]["type"], "server_error");
+    assert_eq!(body["error"]["code"], "upstream_error");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("answered 500: boom"), "{message}");
+    let id = message
+        .split("response ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    let (_, stored) = app.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(stored["status"], "failed");
+
+    app.llm.push(Turn::text("late").delayed(3_000));
+    let (status, body) = app.post("/v1/responses", &hello()).await;
+    assert_eq!(status, 504);
+    assert_eq!(body["error"]["code"], "upstream_timeout");
+}
+
+#[tokio::test]
+async fn reaching_max_output_tokens_makes_the_item_and_the_response_incomplete() {
+    let app = spawn_app().await;
+    app.llm.push(Turn {
+        steps: vec![
+            Step::Text {
+                text: "Once upon".into(),
+            },
+            Step::Finish {
+                reason: "length".into(),
+            },
+            Step::Usage {
+                prompt_tokens: 5,
+                completion_tokens: 16,
+                cached_tokens: 0,
+                reasoning_tokens: 0,
+            },
+        ],
+    });
+    let sse = app
+        .stream(&json!({"model": "gpt-4o-mini", "input": "A story", "max_output_tokens": 16}))
+        .await;
+    assert_numbering(&sse);
+    assert_eq!(sse.last().event, "response.incomplete");
+    let response = &sse.last().data["response"];
+    assert_eq!(response["status"], "incomplete");
+    assert_eq!(
+        response["incomplete_details"],
+        json!({"reason": "max_output_tokens"})
+    );
+    assert_eq!(response["output"][0]["status"], "incomplete");
+    let done = sse
+        .events
+        .iter()
+        .find(|e| e.event == "response.output_item.done")
+        .unwrap();
+    assert_eq!(done.data["item"]["status"], "incomplete");
+    assert!(sse.done);
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_does_not_lose_the_run() {
+    let app = spawn_app().await;
+    app.llm
+        .push(Turn::text("one two three four five six").paced(100));
+    let response = app
+        .client
+        .post(app.url("/v1/responses"))
+        .json(&json!({"model": "gpt-4o-mini", "input": "count", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&first).to_string();
+    let start = text.find("\"id\":\"resp_").unwrap() + 6;
+    let id = text[start..start + 37].to_string();
+    drop(body); // the client goes away after the first bytes
+
+    let stored = app.wait_until_stopped(&id).await;
+    assert_eq!(stored["status"], "completed");
+    assert_eq!(
+        stored["output"][0]["content"][0]["text"],
+        "one two three four five six"
+    );
+}
+
+#[tokio::test]
+async fn a_stored_event_log_replays_with_original_numbers_from_any_point() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("a b c"));
+    let live = app.stream(&hello()).await;
+    let id = live.response_id();
+
+    let replay = |query: String, last_event_id: Option<&'static str>| {
+        let mut request = app
+            .client
+            .get(app.url(&format!("/v1/responses/{id}?stream=true{query}")));
+        if let Some(value) = last_event_id {
+            request = request.header("Last-Event-ID", value);
+        }
+        async move { read_sse(request.send().await.unwrap()).await }
+    };
+    let whole = replay(String::new(), None).await;
+    assert_eq!(
+        whole.raw, live.raw,
+        "a replay is byte for byte what was streamed"
+    );
+
+    let tail = replay("&starting_after=5".into(), None).await;
+    let numbers: Vec<u64> = tail
+        .events
+        .iter()
+        .map(|e| e.data["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (6..live.events.len() as u64).collect::<Vec<_>>());
+    assert!(tail.done);
+
+    let by_header = replay(String::new(), Some("7")).await;
+    assert_eq!(by_header.events[0].data["sequence_number"], 8);
+
+    let (status, _) = app.get("/v1/responses/resp_unknown?stream=true").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_run_with_store_false_is_not_kept_after_it_stops() {
+    let app = spawn_app().await;
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "secret", "store": false}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["store"], false);
+    let (status, _) = app
+        .get(&format!("/v1/responses/{}", body["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_quiet_stream_carries_ping_comments() {
+    let app = spawn_app_with(|c| c.server.heartbeat_seconds = 1).await;
+    app.llm.push(Turn::text("late but fine").delayed(1_500));
+    let sse = app.stream(&hello()).await;
+    assert!(sse.comments.iter().any(|c| c == "ping"), "{:?}", sse.raw);
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+}
+
+#[tokio::test]
+async fn models_health_and_readiness_answer() {
+    let app = spawn_app().await;
+    let (status, models) = app.get("/v1/models").await;
+    assert_eq!(status, 200);
+    assert_eq!(models["object"], "list");
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["gpt-4o-mini", "gpt-4o"]);
+    assert_eq!(models["data"][0]["object"], "model");
+    assert_eq!(app.get("/healthz").await.0, 200);
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 200);
+    assert_eq!(ready["database"], "sqlite");
+}
+
+#[tokio::test]
+async fn named_providers_route_their_own_models() {
+    let other = fake_llm::FakeLlm::start().await.unwrap();
+    other.push(Turn::text("from the other provider"));
+    let other_url = other.base_url();
+    let app = spawn_app_with(move |c| {
+        c.providers.insert(
+            "local".into(),
+            switchyard::config::ProviderConfig {
+                base_url: Some(other_url),
+                api_key: None,
+                api_key_env: None,
+                models: vec!["llama3".into()],
+            },
+        );
+    })
+    .await;
+    let (status, body) = app
+        .post("/v1/responses", &json!({"model": "llama3", "input": "hi"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["output"][0]["content"][0]["text"],
+        "from the other provider"
+    );
+    assert_eq!(other.requests().len(), 1);
+    assert!(app.llm.requests().is_empty());
+    let (_, models) = app.get("/v1/models").await;
+    assert_eq!(
+        models["data"][2],
+        json!({"id": "llama3", "object": "model", "created": 0, "owned_by": "local"})
+    );
+}

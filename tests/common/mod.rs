@@ -1,0 +1,297 @@
+//! Test harness: the real application on 127.0.0.1:0 with a fresh database and a scripted
+//! fake LLM, plus a small SSE client.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use fake_llm::FakeLlm;
+use serde_json::Value;
+use switchyard::app::Application;
+use switchyard::config::{Config, Secret};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use fake_llm::{Step, Turn};
+
+pub struct TestApp {
+    pub base: String,
+    pub llm: FakeLlm,
+    pub client: reqwest::Client,
+    pub database_url: String,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+    dir: TempDir,
+}
+
+/// A test configuration: the fake LLM as the default provider, quick timeouts.
+pub fn test_config(database_url: &str, llm: &FakeLlm) -> Config {
+    let mut config = Config::defaults().unwrap();
+    config.server.host = "127.0.0.1".into();
+    config.server.port = 0;
+    config.server.shutdown_grace_seconds = 5;
+    config.database.url = database_url.to_string();
+    config.llm.provider.base_url = Some(llm.base_url());
+    config.llm.provider.api_key = Some(Secret::new("test-key"));
+    config.llm.provider.models = vec!["gpt-4o-mini".into(), "gpt-4o".into()];
+    config.llm.first_byte_timeout_ms = 2_000;
+    config.llm.idle_timeout_ms = 2_000;
+    config
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/switchyard.db", dir.path().display());
+    let llm = FakeLlm::start().await.unwrap();
+    start(url, llm, dir, tweak).await
+}
+
+async fn start(
+    database_url: String,
+    llm: FakeLlm,
+    dir: TempDir,
+    tweak: impl FnOnce(&mut Config),
+) -> TestApp {
+    let mut config = test_config(&database_url, &llm);
+    tweak(&mut config);
+    let app = Application::build(config).await.unwrap();
+    let base = format!("http://{}", app.local_addr());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        base,
+        llm,
+        client: reqwest::Client::new(),
+        database_url,
+        stop: Some(stop),
+        server: Some(server),
+        dir,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Graceful shutdown (as on SIGTERM), then a new process on the same database and LLM.
+    pub async fn restart(mut self, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        self.shutdown().await;
+        let TestApp {
+            llm,
+            database_url,
+            dir,
+            ..
+        } = self;
+        start(database_url, llm, dir, tweak).await
+    }
+
+    pub async fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.unwrap().unwrap();
+        }
+    }
+
+    /// POSTs JSON; returns status and body.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let response = self.client.delete(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Creates a streamed run and reads the whole stream.
+    pub async fn stream(&self, body: &Value) -> Sse {
+        let mut body = body.clone();
+        body["stream"] = Value::Bool(true);
+        let response = self
+            .client
+            .post(self.url("/v1/responses"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        read_sse(response).await
+    }
+
+    /// Polls until the stored run leaves `in_progress`.
+    pub async fn wait_until_stopped(&self, id: &str) -> Value {
+        for _ in 0..200 {
+            let (_, body) = self.get(&format!("/v1/responses/{id}")).await;
+            if body["status"] != "in_progress" && body["status"] != "queued" {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("run {id} did not stop");
+    }
+}
+
+/// One SSE event as received.
+#[derive(Clone, Debug)]
+pub struct SseEvent {
+    pub event: String,
+    pub id: Option<String>,
+    pub data: Value,
+}
+
+/// A whole SSE response.
+#[derive(Debug)]
+pub struct Sse {
+    pub status: u16,
+    pub content_type: String,
+    pub events: Vec<SseEvent>,
+    pub done: bool,
+    pub comments: Vec<String>,
+    pub raw: String,
+}
+
+impl Sse {
+    pub fn types(&self) -> Vec<&str> {
+        self.events.iter().map(|e| e.event.as_str()).collect()
+    }
+
+    pub fn last(&self) -> &SseEvent {
+        self.events.last().unwrap()
+    }
+
+    pub fn response_id(&self) -> String {
+        self.events[0].data["response"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+pub async fn read_sse(response: reqwest::Response) -> Sse {
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let raw = response.text().await.unwrap();
+    parse_sse(status, content_type, raw)
+}
+
+pub fn parse_sse(status: u16, content_type: String, raw: String) -> Sse {
+    let mut events = Vec::new();
+    let mut comments = Vec::new();
+    let mut done = false;
+    for block in raw.split("\n\n").filter(|b| !b.is_empty()) {
+        let mut event = None;
+        let mut id = None;
+        let mut data = None;
+        for line in block.lines() {
+            if let Some(comment) = line.strip_prefix(':') {
+                comments.push(comment.trim().to_string());
+            } else if let Some(v) = line.strip_prefix("event: ") {
+                event = Some(v.to_string());
+            } else if let Some(v) = line.strip_prefix("id: ") {
+                id = Some(v.to_string());
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data = Some(v.to_string());
+            }
+        }
+        match data.as_deref() {
+            Some("[DONE]") => done = true,
+            Some(text) => events.push(SseEvent {
+                event: event.unwrap_or_default(),
+                id,
+                data: serde_json::from_str(text).unwrap(),
+            }),
+            None => {}
+        }
+    }
+    Sse {
+        status,
+        content_type,
+        events,
+        done,
+        comments,
+        raw,
+    }
+}
+
+/// Every key SPEC §4 requires on a Response object.
+pub const RESPONSE_KEYS: &[&str] = &[
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "error",
+    "incomplete_details",
+    "instructions",
+    "model",
+    "output",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "tools",
+    "tool_choice",
+    "truncation",
+    "text",
+    "reasoning",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "max_output_tokens",
+    "max_tool_calls",
+    "store",
+    "background",
+    "service_tier",
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+    "user",
+    "usage",
+    "required_action",
+];
+
+pub fn assert_response_keys(response: &Value) {
+    let object = response.as_object().expect("a response object");
+    for key in RESPONSE_KEYS {
+        assert!(object.contains_key(*key), "missing key {key} in {response}");
+    }
+}
+
+/// Asserts sequence numbers 0..n, each SSE `id:` equal to its event's number.
+pub fn assert_numbering(sse: &Sse) {
+    for (n, event) in sse.events.iter().enumerate() {
+        assert_eq!(
+            event.data["sequence_number"], n as u64,
+            "event {n}: {:?}",
+            event.data
+        );
+        assert_eq!(event.id.as_deref(), Some(n.to_string().as_str()));
+        assert_eq!(event.data["type"], event.event);
+    }
+}
