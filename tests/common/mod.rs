@@ -50,6 +50,26 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     start(url, llm, dir, tweak).await
 }
 
+/// The app on the given database (a fresh fake LLM); the temp dir is unused then.
+pub async fn spawn_app_on(database_url: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start().await.unwrap();
+    start(database_url.to_string(), llm, dir, tweak).await
+}
+
+/// A fresh SQLite URL in a new temp dir, plus PostgreSQL when `TEST_DATABASE_URL` is set.
+pub fn database_urls() -> Vec<(String, Option<TempDir>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = vec![(
+        format!("sqlite://{}/switchyard.db", dir.path().display()),
+        Some(dir),
+    )];
+    if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
+        urls.push((url, None));
+    }
+    urls
+}
+
 async fn start(
     database_url: String,
     llm: FakeLlm,

@@ -1,0 +1,180 @@
+//! What survives a restart, a graceful shutdown and a crash: runs are never left
+//! `in_progress`, and stored runs stay readable. On SQLite, and on PostgreSQL when
+//! `TEST_DATABASE_URL` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use serde_json::json;
+use switchyard::engine::emitter::EventEmitter;
+use switchyard::protocol::events::Event;
+use switchyard::protocol::ids;
+use switchyard::store::{self, NewRun, RunState};
+
+#[tokio::test]
+async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
+    for (url, _dir) in database_urls() {
+        let app = spawn_app_on(&url, |_| {}).await;
+        app.llm.push(Turn::text("kept across restarts"));
+        let live = app
+            .stream(&json!({"model": "gpt-4o-mini", "input": "remember"}))
+            .await;
+        let id = live.response_id();
+        let (_, before) = app.get(&format!("/v1/responses/{id}")).await;
+
+        let app = app.restart(|_| {}).await;
+        let (status, after) = app.get(&format!("/v1/responses/{id}")).await;
+        assert_eq!(status, 200, "{url}");
+        assert_eq!(after, before);
+        assert_eq!(
+            after["output"][0]["content"][0]["text"],
+            "kept across restarts"
+        );
+        let replay = read_sse(
+            app.client
+                .get(app.url(&format!("/v1/responses/{id}?stream=true")))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(replay.raw, live.raw);
+        // And the chain continues from the stored run.
+        app.llm.push(Turn::text("yes"));
+        let (status, next) = app
+            .post("/v1/responses", &json!({"model": "gpt-4o-mini", "input": "still there?", "previous_response_id": id}))
+            .await;
+        assert_eq!(status, 200, "{next}");
+        assert_eq!(
+            app.llm.requests().last().unwrap()["messages"][1]["content"],
+            "kept across restarts"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_fails_runs_that_outlive_the_grace_period() {
+    for (url, _dir) in database_urls() {
+        let grace = |c: &mut switchyard::config::Config| c.server.shutdown_grace_seconds = 1;
+        let mut app = spawn_app_on(&url, grace).await;
+        app.llm.push(Turn {
+            steps: vec![
+                Step::Text {
+                    text: "never".into(),
+                },
+                Step::Hang,
+            ],
+        });
+        let response = app
+            .client
+            .post(app.url("/v1/responses"))
+            .json(&json!({"model": "gpt-4o-mini", "input": "hang", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+        let reader = tokio::spawn(read_sse(response));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        app.shutdown().await;
+
+        // The open stream saw the run end cleanly.
+        let sse = reader.await.unwrap();
+        assert_numbering(&sse);
+        assert!(sse.done, "{url}: {}", sse.raw);
+        let n = sse.events.len();
+        assert_eq!(sse.events[n - 2].data["code"], "server_shutdown");
+        assert_eq!(sse.last().event, "response.failed");
+        let item_done = sse
+            .events
+            .iter()
+            .find(|e| e.event == "response.output_item.done")
+            .unwrap();
+        assert_eq!(item_done.data["item"]["status"], "incomplete");
+
+        let id = sse.response_id();
+        let app = app.restart(|_| {}).await;
+        let (_, stored) = app.get(&format!("/v1/responses/{id}")).await;
+        assert_eq!(stored["status"], "failed");
+        assert_eq!(
+            stored["error"]["message"],
+            "The run was stopped because the service shut down."
+        );
+        assert_eq!(stored["output"][0]["content"][0]["text"], "never");
+    }
+}
+
+#[tokio::test]
+async fn a_run_left_in_progress_by_a_crashed_instance_is_failed_and_its_log_closed() {
+    for (url, _dir) in database_urls() {
+        // What a process killed mid-run leaves behind: an in-progress run under an expired
+        // lease with a partial event log.
+        let store = store::connect(&url, 2).await.unwrap();
+        let id = ids::new(ids::RESPONSE);
+        let mut body: switchyard::protocol::response::ResponseObject = serde_json::from_value(json!({
+            "id": id, "object": "response", "created_at": 1, "completed_at": null,
+            "status": "in_progress", "error": null, "incomplete_details": null, "instructions": null,
+            "model": "gpt-4o-mini", "output": [], "parallel_tool_calls": true, "previous_response_id": null,
+            "tools": [], "tool_choice": "auto", "truncation": "disabled", "text": {"format": {"type": "text"}},
+            "reasoning": {"effort": null, "summary": null}, "temperature": null, "top_p": null,
+            "presence_penalty": null, "frequency_penalty": null, "top_logprobs": 0,
+            "max_output_tokens": null, "max_tool_calls": null, "store": true, "background": false,
+            "service_tier": "default", "metadata": {}, "safety_identifier": null,
+            "prompt_cache_key": null, "user": null, "usage": null, "required_action": null
+        })).unwrap();
+        store
+            .insert_run(&NewRun {
+                tenant_id: store::DEFAULT_TENANT.into(),
+                state: RunState::InProgress,
+                body: body.clone(),
+                input_items: vec![],
+                lease_owner: Some("crashed-instance".into()),
+                lease_expires_at: Some(1),
+                now_ms: 1,
+            })
+            .await
+            .unwrap();
+        let (hub, writer) = switchyard::engine::hub::EventHub::start(store.clone(), 16);
+        let mut emitter =
+            EventEmitter::new(hub.clone(), Arc::from(id.as_str()), Arc::from("default"), 0);
+        body.status = switchyard::protocol::response::ResponseStatus::InProgress;
+        emitter
+            .emit(Event::Created {
+                response: Box::new(body.clone()),
+            })
+            .await;
+        emitter
+            .emit(Event::InProgress {
+                response: Box::new(body),
+            })
+            .await;
+        emitter.flush().await.unwrap();
+        drop(emitter);
+        writer.finish(hub).await;
+
+        let app = spawn_app_on(&url, |_| {}).await;
+        let (_, stored) = app.get(&format!("/v1/responses/{id}")).await;
+        assert_eq!(stored["status"], "failed", "{url}");
+        assert_eq!(stored["error"]["code"], "server_error");
+        let log = read_sse(
+            app.client
+                .get(app.url(&format!("/v1/responses/{id}?stream=true")))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_numbering(&log);
+        assert_eq!(
+            log.types(),
+            [
+                "response.created",
+                "response.in_progress",
+                "error",
+                "response.failed"
+            ]
+        );
+        assert!(log.done);
+    }
+}

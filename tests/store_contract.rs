@@ -1,0 +1,381 @@
+//! The `RunStore` contract, run against SQLite always and PostgreSQL when `TEST_DATABASE_URL`
+//! is set (CI sets it). Ids are unique per test, so tests share one PostgreSQL database.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde_json::json;
+use switchyard::protocol::ids;
+use switchyard::protocol::items::{ContentPart, Item, Message, Role};
+use switchyard::protocol::response::{ResponseObject, ResponseStatus};
+use switchyard::store::{self, EventRecord, ItemPage, NewRun, RunState, RunStore, StoreError};
+use tempfile::TempDir;
+
+struct Backend {
+    store: Arc<dyn RunStore>,
+    _dir: Option<TempDir>,
+}
+
+async fn backends() -> Vec<Backend> {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/contract.db", dir.path().display());
+    let mut list = vec![Backend {
+        store: store::connect(&url, 4).await.unwrap(),
+        _dir: Some(dir),
+    }];
+    if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
+        list.push(Backend {
+            store: store::connect(&url, 4).await.unwrap(),
+            _dir: None,
+        });
+    }
+    list
+}
+
+fn body(id: &str) -> ResponseObject {
+    serde_json::from_value(json!({
+        "id": id, "object": "response", "created_at": 1, "completed_at": null,
+        "status": "in_progress", "error": null, "incomplete_details": null, "instructions": null,
+        "model": "m", "output": [], "parallel_tool_calls": true, "previous_response_id": null,
+        "tools": [], "tool_choice": "auto", "truncation": "disabled",
+        "text": {"format": {"type": "text"}}, "reasoning": {"effort": null, "summary": null},
+        "temperature": 0.7, "top_p": null, "presence_penalty": null, "frequency_penalty": null,
+        "top_logprobs": 0, "max_output_tokens": null, "max_tool_calls": null, "store": true,
+        "background": false, "service_tier": "default", "metadata": {"k": "v"},
+        "safety_identifier": null, "prompt_cache_key": null, "user": null, "usage": null,
+        "required_action": null
+    }))
+    .unwrap()
+}
+
+fn message(text: &str) -> Item {
+    let mut item = Item::Message(Message {
+        id: String::new(),
+        role: Role::User,
+        content: vec![ContentPart::InputText { text: text.into() }],
+        status: None,
+    });
+    item.normalise();
+    item
+}
+
+fn new_run(id: &str, items: usize, owner: &str, lease_expires_at: i64) -> NewRun {
+    NewRun {
+        tenant_id: store::DEFAULT_TENANT.into(),
+        state: RunState::InProgress,
+        body: body(id),
+        input_items: (0..items).map(|i| message(&format!("m{i}"))).collect(),
+        lease_owner: Some(owner.into()),
+        lease_expires_at: Some(lease_expires_at),
+        now_ms: 1_000,
+    }
+}
+
+fn event(id: &str, n: u64) -> EventRecord {
+    EventRecord {
+        response_id: Arc::from(id),
+        tenant_id: Arc::from(store::DEFAULT_TENANT),
+        sequence_number: n,
+        event_type: Cow::Borrowed("response.output_text.delta"),
+        data: Arc::from(format!(
+            r#"{{"type":"response.output_text.delta","sequence_number":{n}}}"#
+        )),
+        created_at: 5,
+    }
+}
+
+#[tokio::test]
+async fn a_run_is_stored_with_its_input_items_and_read_back_unchanged() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        let run = new_run(&id, 3, "a", 10);
+        b.store.insert_run(&run).await.unwrap();
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.state, RunState::InProgress, "{}", b.store.backend());
+        assert_eq!(stored.body, run.body);
+        assert_eq!(stored.lease_owner.as_deref(), Some("a"));
+        assert_eq!(stored.lease_expires_at, Some(10));
+        assert_eq!(
+            b.store
+                .input_items(store::DEFAULT_TENANT, &id)
+                .await
+                .unwrap(),
+            run.input_items
+        );
+        assert!(matches!(
+            b.store.get_run("other-tenant", &id).await,
+            Err(StoreError::NotFound)
+        ));
+        assert!(matches!(
+            b.store.get_run(store::DEFAULT_TENANT, "resp_none").await,
+            Err(StoreError::NotFound)
+        ));
+        b.store.ping().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        let mut done = body(&id);
+        done.status = ResponseStatus::Completed;
+        b.store
+            .transition(&id, RunState::InProgress, RunState::Completed, &done, 2_000)
+            .await
+            .unwrap();
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.state, RunState::Completed);
+        assert_eq!(stored.body.status, ResponseStatus::Completed);
+        assert_eq!(stored.updated_at, 2_000);
+        let again = b
+            .store
+            .transition(&id, RunState::InProgress, RunState::Failed, &done, 3_000)
+            .await;
+        assert!(
+            matches!(
+                again,
+                Err(StoreError::Conflict {
+                    actual: RunState::Completed
+                })
+            ),
+            "{again:?}"
+        );
+        let missing = b
+            .store
+            .transition(
+                "resp_none",
+                RunState::InProgress,
+                RunState::Failed,
+                &done,
+                3_000,
+            )
+            .await;
+        assert!(matches!(missing, Err(StoreError::NotFound)));
+    }
+}
+
+#[tokio::test]
+async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        let attempts = (0..8).map(|i| {
+            let store = b.store.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let to = if i % 2 == 0 {
+                    RunState::Completed
+                } else {
+                    RunState::Cancelled
+                };
+                store
+                    .transition(&id, RunState::InProgress, to, &body(&id), 1)
+                    .await
+            })
+        });
+        let results = futures_util::future::join_all(attempts).await;
+        let wins = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+        assert_eq!(wins, 1, "{}", b.store.backend());
+        assert!(results.iter().all(|r| matches!(
+            r,
+            Ok(Ok(()) | Err(_)) | Ok(Err(StoreError::Conflict { .. }))
+        )));
+    }
+}
+
+#[tokio::test]
+async fn events_are_appended_in_batches_and_read_in_order_after_any_point() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        let other = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        // One batch mixing two runs, larger than one INSERT chunk.
+        let mut batch: Vec<EventRecord> = (0..1500).map(|n| event(&id, n)).collect();
+        batch.extend((0..3).map(|n| event(&other, n)));
+        b.store.append_events(&batch).await.unwrap();
+
+        let first = b.store.events_after(&id, None, 10).await.unwrap();
+        assert_eq!(
+            first.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
+            (0..10).collect::<Vec<_>>()
+        );
+        assert_eq!(first[3], batch[3], "an event reads back exactly as written");
+        let tail = b.store.events_after(&id, Some(1495), 100).await.unwrap();
+        assert_eq!(
+            tail.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
+            vec![1496, 1497, 1498, 1499]
+        );
+        assert_eq!(b.store.last_sequence_number(&id).await.unwrap(), Some(1499));
+        assert_eq!(
+            b.store.last_sequence_number("resp_none").await.unwrap(),
+            None
+        );
+
+        // The log is append-only: a sequence number cannot be written twice.
+        assert!(b.store.append_events(&[event(&id, 7)]).await.is_err());
+    }
+}
+
+#[tokio::test]
+async fn input_items_page_forwards_and_backwards() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        let run = new_run(&id, 5, "a", 10);
+        b.store.insert_run(&run).await.unwrap();
+        let page = |limit, descending, after: Option<&Item>| ItemPage {
+            limit,
+            descending,
+            after: after.map(|i| i.id().to_string()),
+        };
+        let t = store::DEFAULT_TENANT;
+        let (items, more) = b
+            .store
+            .list_input_items(t, &id, &page(2, false, None))
+            .await
+            .unwrap();
+        assert_eq!(items, run.input_items[..2]);
+        assert!(more);
+        let (items, more) = b
+            .store
+            .list_input_items(t, &id, &page(10, false, Some(&run.input_items[2])))
+            .await
+            .unwrap();
+        assert_eq!(items, run.input_items[3..]);
+        assert!(!more);
+        let (items, more) = b
+            .store
+            .list_input_items(t, &id, &page(2, true, Some(&run.input_items[2])))
+            .await
+            .unwrap();
+        assert_eq!(
+            items,
+            vec![run.input_items[1].clone(), run.input_items[0].clone()]
+        );
+        assert!(!more);
+        let unknown = ItemPage {
+            limit: 2,
+            descending: true,
+            after: Some("msg_none".into()),
+        };
+        assert!(matches!(
+            b.store.list_input_items(t, &id, &unknown).await,
+            Err(StoreError::NotFound)
+        ));
+    }
+}
+
+#[tokio::test]
+async fn deleting_a_run_removes_its_items_and_events() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
+        b.store
+            .append_events(&[event(&id, 0), event(&id, 1)])
+            .await
+            .unwrap();
+        b.store
+            .delete_run(store::DEFAULT_TENANT, &id)
+            .await
+            .unwrap();
+        assert!(matches!(
+            b.store.get_run(store::DEFAULT_TENANT, &id).await,
+            Err(StoreError::NotFound)
+        ));
+        assert!(
+            b.store
+                .events_after(&id, None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            b.store
+                .input_items(store::DEFAULT_TENANT, &id)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(matches!(
+            b.store.delete_run(store::DEFAULT_TENANT, &id).await,
+            Err(StoreError::NotFound)
+        ));
+    }
+}
+
+#[tokio::test]
+async fn leases_are_renewed_by_their_owner_and_expired_ones_are_found() {
+    for b in backends().await {
+        let owner = ids::new("inst");
+        let mine = ids::new(ids::RESPONSE);
+        let dead = ids::new(ids::RESPONSE);
+        let finished = ids::new(ids::RESPONSE);
+        b.store
+            .insert_run(&new_run(&mine, 0, &owner, 100))
+            .await
+            .unwrap();
+        b.store
+            .insert_run(&new_run(&dead, 0, "dead", 100))
+            .await
+            .unwrap();
+        b.store
+            .insert_run(&new_run(&finished, 0, "dead", 100))
+            .await
+            .unwrap();
+        b.store
+            .transition(
+                &finished,
+                RunState::InProgress,
+                RunState::Completed,
+                &body(&finished),
+                1,
+            )
+            .await
+            .unwrap();
+
+        assert_eq!(b.store.renew_leases(&owner, 5_000).await.unwrap(), 1);
+        let owned = b
+            .store
+            .runs_owned_by(&owner, &[RunState::InProgress])
+            .await
+            .unwrap();
+        assert_eq!(
+            owned.iter().map(|r| r.body.id.clone()).collect::<Vec<_>>(),
+            vec![mine.clone()]
+        );
+        assert_eq!(owned[0].lease_expires_at, Some(5_000));
+        assert!(
+            b.store
+                .runs_owned_by(&owner, &[RunState::Queued])
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        let stale: Vec<String> = b
+            .store
+            .stale_runs(1_000, &owner)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.body.id)
+            .collect();
+        assert!(
+            stale.contains(&dead),
+            "an expired lease of another instance is stale"
+        );
+        assert!(!stale.contains(&mine), "this instance's own runs are not");
+        assert!(!stale.contains(&finished), "finished runs are not");
+        let stale: Vec<String> = b
+            .store
+            .stale_runs(50, &owner)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.body.id)
+            .collect();
+        assert!(!stale.contains(&dead), "a lease still valid is not stale");
+    }
+}
