@@ -180,10 +180,11 @@ async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
         let wins = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
         assert_eq!(wins, 1, "{}", b.store.backend());
         // Every loser is told the run moved on; none fails otherwise.
-        assert!(results.iter().all(|r| matches!(
-            r,
-            Ok(Ok(()) | Err(StoreError::Conflict { .. }))
-        )));
+        assert!(
+            results
+                .iter()
+                .all(|r| matches!(r, Ok(Ok(()) | Err(StoreError::Conflict { .. }))))
+        );
     }
 }
 

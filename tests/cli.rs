@@ -1,0 +1,156 @@
+//! The real binary: configuration layering, `check-config`, `migrate`, and `serve` stopping
+//! cleanly on SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn switchyard() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    // Only what each test sets reaches the binary.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SWITCHYARD") || key.starts_with("OPENAI_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+fn run(command: &mut Command) -> (i32, String, String) {
+    let output = command.output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_layers_defaults_file_and_environment_and_hides_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("override.toml");
+    std::fs::write(&file, "[server]\nport = 7000\nheartbeat_seconds = 5\n").unwrap();
+    let (code, out, err) = run(switchyard()
+        .args(["--config", file.to_str().unwrap(), "check-config"])
+        .env("SWITCHYARD__SERVER__PORT", "9000")
+        .env("OPENAI_API_KEY", "sk-very-secret")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("port = 9000"),
+        "the environment wins over the file: {out}"
+    );
+    assert!(
+        out.contains("heartbeat_seconds = 5"),
+        "the file wins over the defaults: {out}"
+    );
+    assert!(
+        out.contains("body_limit_bytes = 8388608"),
+        "defaults stay: {out}"
+    );
+    assert!(
+        out.contains("base_url = \"http://127.0.0.1:11434/v1\""),
+        "OPENAI_BASE_URL is the fallback: {out}"
+    );
+    assert!(out.contains("api_key = \"***\""), "{out}");
+    assert!(!out.contains("sk-very-secret") && !err.contains("sk-very-secret"));
+}
+
+#[test]
+fn bad_configuration_is_refused_with_a_clear_message() {
+    let (code, _, err) = run(switchyard().args(["--config", "/nonexistent.toml", "check-config"]));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("configuration file /nonexistent.toml does not exist"),
+        "{err}"
+    );
+    let (code, _, err) = run(switchyard()
+        .arg("check-config")
+        .env("SWITCHYARD__DATABASE__URL", "mysql://x"));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("database.url must start with sqlite:// or postgres://"),
+        "{err}"
+    );
+    let (code, _, err) = run(switchyard()
+        .arg("check-config")
+        .env("SWITCHYARD__SERVER__PORT", "not-a-port"));
+    assert_eq!(code, 2);
+    assert!(err.contains("port"), "{err}");
+}
+
+#[test]
+fn migrate_creates_the_sqlite_file_and_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/folder/s.db");
+    let (code, out, err) = run(switchyard().arg("migrate").env(
+        "SWITCHYARD__DATABASE__URL",
+        format!("sqlite://{}", path.display()),
+    ));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("migrations applied"), "{out}");
+    assert!(path.exists());
+}
+
+#[test]
+fn serve_answers_and_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = switchyard()
+        .env("SWITCHYARD__SERVER__PORT", "0")
+        .env(
+            "SWITCHYARD__DATABASE__URL",
+            format!("sqlite://{}/s.db", dir.path().display()),
+        )
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let address = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let at = line.find("address=")?;
+            Some(
+                line[at + 8..]
+                    .split_whitespace()
+                    .next()?
+                    .trim_matches('"')
+                    .to_string(),
+            )
+        })
+        .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let ready = runtime.block_on(async {
+        reqwest::get(format!("http://{address}/readyz"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    assert_eq!(ready, 200);
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
+}
