@@ -401,6 +401,9 @@ fn async_stream(
                     },
                 }),
                 Step::Cut => {
+                    // Let the chunks already sent leave first: an errored body makes hyper
+                    // drop what it still buffers, and a real cut loses nothing already sent.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                     let _ = tx.send(Err(std::io::Error::other("scripted cut"))).await;
                     return;
                 }

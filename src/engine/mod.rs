@@ -10,7 +10,9 @@ pub mod state;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::Stream;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::{FutureExt, Stream};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -206,7 +208,26 @@ impl Engine {
             stop: self.inner.stop_runs.child_token(),
             done: Some(done),
         };
-        self.inner.runs.spawn(task.execute());
+        let engine = self.clone();
+        let tenant = tenant_id.to_string();
+        self.inner.runs.spawn(async move {
+            // A bug must not leave the run in progress for ever: fail it and close its log.
+            if AssertUnwindSafe(task.execute())
+                .catch_unwind()
+                .await
+                .is_err()
+            {
+                tracing::error!(response_id = %response_id, "the run task panicked");
+                if let Ok(run) = engine.inner.store.get_run(&tenant, &response_id).await
+                    && !run.state.is_final()
+                {
+                    engine
+                        .abandon(run, "The run stopped because of an internal error.")
+                        .await;
+                }
+                engine.inner.hub.close(response_id).await;
+            }
+        });
         Ok(StartedRun {
             id,
             events,

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from harness import HTTP_TIMEOUT_S, FakeLLM, Services, tail
+
+_log_files: list[Path] = []
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """fake-llm and switchyard, started once per session on a fresh SQLite database."""
+    svc = Services(tmp_path_factory.mktemp("switchyard"))
+    _log_files.extend(svc.logs)
+    try:
+        svc.start()
+        yield svc
+    finally:
+        svc.stop()
+
+
+@pytest.fixture(autouse=True)
+def fake(services: Services) -> FakeLLM:
+    """The scripted upstream, with an empty turn queue and request log for every test."""
+    llm = FakeLLM(services.fake_url)
+    llm.reset()
+    return llm
+
+
+@pytest.fixture(scope="session")
+def base_url(services: Services) -> str:
+    return services.base_url
+
+
+@pytest.fixture(scope="session")
+def client(services: Services) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=f"{services.base_url}/v1",
+        api_key="test",
+        max_retries=0,
+        timeout=HTTP_TIMEOUT_S,
+        _strict_response_validation=True,
+    ) as c:
+        yield c
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    if exitstatus == 0 or not _log_files:
+        return
+    for path in _log_files:
+        terminalreporter.section(f"{path.name} (last 200 lines; full log at {path})")
+        terminalreporter.write_line(tail(path))
