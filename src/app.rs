@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,6 +17,8 @@ use crate::engine::hub::{EventHub, HubWriter};
 use crate::engine::{Engine, EngineSettings};
 use crate::llm::ModelRouter;
 use crate::store;
+use crate::tools::ToolHandler;
+use crate::tools::registry::ToolRegistry;
 
 /// How long a run's lease holds without renewal; renewed every third of it.
 const LEASE_TTL: Duration = Duration::from_secs(30);
@@ -35,6 +38,17 @@ impl Application {
     /// Opens the database (applying migrations), recovers runs left behind by a previous
     /// process, and binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
+        Application::build_with_tools(config, Vec::new()).await
+    }
+
+    /// As [`Application::build`], with extra compiled-in tool handlers, each with its tool
+    /// server label (`builtin` or a new one).
+    pub async fn build_with_tools(
+        config: Config,
+        tools: Vec<(String, Arc<dyn ToolHandler>)>,
+    ) -> anyhow::Result<Application> {
+        // Tool problems are configuration errors: found before the database is touched.
+        let registry = Arc::new(ToolRegistry::from_config_with(&config, tools)?);
         let store = store::connect(&config.database.url, config.database.max_connections)
             .await
             .with_context(|| {
@@ -48,8 +62,9 @@ impl Application {
         let settings = EngineSettings {
             instance_id: uuid::Uuid::now_v7().simple().to_string(),
             lease_ttl: LEASE_TTL,
+            tools: config.tools.clone(),
         };
-        let engine = Engine::new(store.clone(), hub, models, settings);
+        let engine = Engine::new(store.clone(), hub, models, registry, settings);
         // One process owns an SQLite file, so whatever it finds unfinished was abandoned.
         let recovered = engine
             .recover_abandoned(store.backend() == "sqlite")

@@ -25,6 +25,82 @@ pub struct Config {
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
     pub runs: RunsConfig,
+    pub tools: ToolsConfig,
+    /// HTTP tool servers by label.
+    #[serde(default)]
+    pub tool_servers: BTreeMap<String, ToolServerConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct ToolsConfig {
+    /// Server tool calls of one model turn running at once.
+    pub max_concurrency: usize,
+    /// Timeout of a call whose tool sets none.
+    pub default_timeout_ms: u64,
+    /// Model turns per run; a run still calling tools after that ends `incomplete`.
+    pub max_turns: u32,
+    /// What a failed server tool call does: `report` it to the model, or `fail` the run.
+    pub on_error: ToolErrorPolicy,
+    pub fetch_url: FetchUrlConfig,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorPolicy {
+    Report,
+    Fail,
+}
+
+/// The built-in `fetch_url` tool.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct FetchUrlConfig {
+    /// Hosts it may fetch from; empty means any public host.
+    pub allowed_hosts: Vec<String>,
+    /// Whether private, loopback and link-local addresses may be fetched.
+    pub allow_private: bool,
+    pub max_bytes: usize,
+    pub timeout_ms: u64,
+}
+
+/// An HTTP tool server: a set of tools, each backed by an HTTP endpoint.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct ToolServerConfig {
+    #[serde(default)]
+    pub tools: Vec<HttpToolConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct HttpToolConfig {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "empty_object_schema")]
+    pub parameters: serde_json::Value,
+    pub url: String,
+    #[serde(default = "post")]
+    pub method: String,
+    /// Header values may name environment variables as `${NAME}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub timeout_ms: Option<u64>,
+    #[serde(default = "executed")]
+    pub kind: crate::tools::ToolKind,
+    #[serde(default)]
+    pub return_direct: bool,
+    #[serde(default)]
+    pub hidden: bool,
+}
+
+fn empty_object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+fn post() -> String {
+    "POST".into()
+}
+
+fn executed() -> crate::tools::ToolKind {
+    crate::tools::ToolKind::Executed
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -151,6 +227,11 @@ impl Config {
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.body_limit_bytes must be positive".into(),
+            ));
+        }
+        if self.tools.max_concurrency == 0 || self.tools.max_turns == 0 {
+            return Err(ConfigError::Invalid(
+                "tools.max_concurrency and tools.max_turns must be positive".into(),
             ));
         }
         if self.runs.event_batch_max == 0 {

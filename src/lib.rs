@@ -11,3 +11,4 @@ pub mod error;
 pub mod llm;
 pub mod protocol;
 pub mod store;
+pub mod tools;

@@ -123,16 +123,35 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
         let mut done = body(&id);
         done.status = ResponseStatus::Completed;
         b.store
-            .transition(&id, RunState::InProgress, RunState::Completed, &done, 2_000)
+            .transition(
+                &id,
+                RunState::InProgress,
+                RunState::Completed,
+                &done,
+                &[message("seen")],
+                2_000,
+            )
             .await
             .unwrap();
         let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.state, RunState::Completed);
         assert_eq!(stored.body.status, ResponseStatus::Completed);
         assert_eq!(stored.updated_at, 2_000);
+        assert_eq!(
+            stored.transcript.len(),
+            1,
+            "the transcript is stored with the state"
+        );
         let again = b
             .store
-            .transition(&id, RunState::InProgress, RunState::Failed, &done, 3_000)
+            .transition(
+                &id,
+                RunState::InProgress,
+                RunState::Failed,
+                &done,
+                &[],
+                3_000,
+            )
             .await;
         assert!(
             matches!(
@@ -150,6 +169,7 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
                 RunState::InProgress,
                 RunState::Failed,
                 &done,
+                &[],
                 3_000,
             )
             .await;
@@ -172,7 +192,7 @@ async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
                     RunState::Cancelled
                 };
                 store
-                    .transition(&id, RunState::InProgress, to, &body(&id), 1)
+                    .transition(&id, RunState::InProgress, to, &body(&id), &[], 1)
                     .await
             })
         });
@@ -332,6 +352,7 @@ async fn leases_are_renewed_by_their_owner_and_expired_ones_are_found() {
                 RunState::InProgress,
                 RunState::Completed,
                 &body(&finished),
+                &[],
                 1,
             )
             .await

@@ -3,9 +3,11 @@
 //! [`EngineError`] to HTTP.
 
 pub mod emitter;
+mod executor;
 pub mod hub;
 mod run;
 pub mod state;
+mod toolset;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -18,14 +20,18 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::ToolsConfig;
 use crate::llm::{LlmError, ModelRouter};
 use crate::protocol::ids;
 use crate::protocol::items::{Item, ItemStatus};
 use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{ResponseError, ResponseObject, ResponseStatus};
+use crate::protocol::tools::{parse_tool_choice, parse_tools};
 use crate::store::{EventRecord, ItemPage, NewRun, RunState, RunStore, StoreError, StoredRun};
+use crate::tools::registry::ToolRegistry;
 use emitter::EventEmitter;
 use hub::EventHub;
+use toolset::ToolSet;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -82,6 +88,8 @@ pub struct EngineSettings {
     pub instance_id: String,
     /// How long a lease holds without renewal.
     pub lease_ttl: Duration,
+    /// Tool execution limits and policies.
+    pub tools: ToolsConfig,
 }
 
 #[derive(Clone)]
@@ -93,6 +101,7 @@ struct Inner {
     store: Arc<dyn RunStore>,
     hub: EventHub,
     models: ModelRouter,
+    registry: Arc<ToolRegistry>,
     settings: EngineSettings,
     /// Run tasks; waited for at shutdown.
     runs: TaskTracker,
@@ -108,6 +117,7 @@ impl Engine {
         store: Arc<dyn RunStore>,
         hub: EventHub,
         models: ModelRouter,
+        registry: Arc<ToolRegistry>,
         settings: EngineSettings,
     ) -> Engine {
         Engine {
@@ -115,6 +125,7 @@ impl Engine {
                 store,
                 hub,
                 models,
+                registry,
                 settings,
                 runs: TaskTracker::new(),
                 stop_runs: CancellationToken::new(),
@@ -164,10 +175,28 @@ impl Engine {
         if input.is_empty() && request.previous_response_id.is_none() {
             return Err(FieldError::new("input", "Missing required parameter: 'input'.").into());
         }
+        let declarations = parse_tools(request.tools.as_deref().unwrap_or_default())?;
+        let choice = request
+            .tool_choice
+            .as_ref()
+            .map(parse_tool_choice)
+            .transpose()?;
+        let tools = ToolSet::resolve(&self.inner.registry, &declarations, choice.as_ref())?;
         let history = match &request.previous_response_id {
             Some(previous) => self.chain(tenant_id, previous).await?,
             None => Vec::new(),
         };
+        // A tool server is announced the first time it is used in a chain.
+        let listings = tools
+            .listings
+            .iter()
+            .filter(|(label, _)| {
+                !history.iter().chain(&input).any(|item| {
+                    matches!(item, Item::McpListTools(listing) if &listing.server_label == label)
+                })
+            })
+            .cloned()
+            .collect();
 
         let id = ids::new(ids::RESPONSE);
         let body = initial_body(&id, &model, &request);
@@ -192,6 +221,18 @@ impl Engine {
         let (done, outcome) = oneshot::channel();
         let mut context = history;
         context.extend(input);
+        let mut model_request = run::model_request(&model, &request);
+        model_request.tools = tools.specs();
+        if !model_request.tools.is_empty() {
+            model_request.tool_choice = tools.choice.clone();
+        }
+        let limits = run::RunLimits {
+            max_turns: self.inner.settings.tools.max_turns,
+            max_concurrency: self.inner.settings.tools.max_concurrency,
+            on_error: self.inner.settings.tools.on_error,
+            max_tool_calls: request.max_tool_calls,
+            parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+        };
         let task = run::RunTask {
             store: self.inner.store.clone(),
             hub: self.inner.hub.clone(),
@@ -202,11 +243,18 @@ impl Engine {
                 0,
             ),
             client,
-            request: run::model_request(&model, &request),
+            request: model_request,
             context,
             body,
+            transcript: Vec::new(),
+            tools,
+            listings,
+            limits,
+            tenant_id: tenant_id.to_string(),
             stop: self.inner.stop_runs.child_token(),
             done: Some(done),
+            usage: Default::default(),
+            tool_calls_used: 0,
         };
         let engine = self.clone();
         let tenant = tenant_id.to_string();
@@ -375,7 +423,14 @@ impl Engine {
         });
         let store = &self.inner.store;
         if let Err(e) = store
-            .transition(&id, run.state, RunState::Failed, &body, now_ms())
+            .transition(
+                &id,
+                run.state,
+                RunState::Failed,
+                &body,
+                &run.transcript,
+                now_ms(),
+            )
             .await
         {
             // Another instance got there first, or the run moved on: nothing to do.
@@ -488,11 +543,7 @@ impl Engine {
 
 /// Marks an item that was still open as `incomplete`.
 pub(crate) fn close_incomplete(item: &mut Item) {
-    let status = match item {
-        Item::Message(m) => &mut m.status,
-        Item::FunctionCall(c) => &mut c.status,
-        Item::FunctionCallOutput(o) => &mut o.status,
-    };
+    let status = item.status_mut();
     if *status == Some(ItemStatus::InProgress) {
         *status = Some(ItemStatus::Incomplete);
     }

@@ -1,27 +1,37 @@
-//! One run's execution: model turns streamed into output items and events, then the final
-//! state stored before the terminal event is sent.
+//! One run's execution: model turns streamed into output items and events, server tool calls
+//! executed concurrently and presented one item at a time, then the final state stored before
+//! the terminal event is sent.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
+use serde_json::json;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::emitter::EventEmitter;
+use super::executor::{CallEvent, ServerCall, TurnCalls};
 use super::hub::EventHub;
 use super::state::transition_allowed;
+use super::toolset::{Executor, ToolSet};
 use super::{RunOutcome, close_incomplete, now_ms};
+use crate::config::ToolErrorPolicy;
 use crate::llm::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest};
 use crate::protocol::events::{ErrorDetail, Event};
 use crate::protocol::ids;
-use crate::protocol::items::{ContentPart, Item, ItemStatus, Message, OutputText};
+use crate::protocol::items::{
+    ContentPart, FunctionCall, Item, ItemStatus, McpCall, McpListTools, McpToolInfo, Message,
+    OutputText, Role,
+};
 use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{
     IncompleteDetails, ResponseError, ResponseObject, ResponseStatus, Usage,
 };
 use crate::store::{RunState, RunStore};
+use crate::tools::{ToolContext, ToolErrorKind, ToolResult};
 
-/// The model parameters a run uses on every turn.
+/// The model parameters a run uses on every turn (tools are added from its tool set).
 pub(super) fn model_request(model: &str, request: &CreateResponse) -> ModelRequest {
     ModelRequest {
         model: model.to_string(),
@@ -76,6 +86,16 @@ enum Ending {
     },
 }
 
+/// Limits and policies a run works under.
+#[derive(Clone, Debug)]
+pub(super) struct RunLimits {
+    pub max_turns: u32,
+    pub max_concurrency: usize,
+    pub on_error: ToolErrorPolicy,
+    pub max_tool_calls: Option<u64>,
+    pub parallel_tool_calls: bool,
+}
+
 pub(super) struct RunTask {
     pub store: Arc<dyn RunStore>,
     pub hub: EventHub,
@@ -85,8 +105,17 @@ pub(super) struct RunTask {
     /// Earlier items of the chain and this run's input.
     pub context: Vec<Item>,
     pub body: ResponseObject,
+    /// What the model has seen of this run's output (hidden calls included).
+    pub transcript: Vec<Item>,
+    pub tools: ToolSet,
+    /// Tool servers to announce with `mcp_list_tools` (first use in the chain).
+    pub listings: Vec<(String, Vec<McpToolInfo>)>,
+    pub limits: RunLimits,
+    pub tenant_id: String,
     pub stop: CancellationToken,
     pub done: Option<oneshot::Sender<RunOutcome>>,
+    pub usage: Usage,
+    pub tool_calls_used: u64,
 }
 
 /// The assistant message being streamed.
@@ -94,6 +123,30 @@ struct OpenMessage {
     output_index: usize,
     item_id: String,
     text: String,
+}
+
+/// A tool call while the model streams it.
+struct PendingCall {
+    index: u32,
+    call_id: String,
+    name: String,
+    arguments: String,
+    /// A client call streams live as a `function_call` item: its output index and item id.
+    live: Option<(usize, String)>,
+}
+
+/// What a model turn produced.
+struct Turn {
+    finish: Option<FinishReason>,
+    client_calls: usize,
+    calls: TurnCalls,
+}
+
+/// A server call once it has its result.
+struct Presented {
+    call: ServerCall,
+    result: ToolResult,
+    chunks: Vec<String>,
 }
 
 impl RunTask {
@@ -111,19 +164,18 @@ impl RunTask {
                 response: Box::new(self.body.clone()),
             })
             .await;
+        for (label, tools) in std::mem::take(&mut self.listings) {
+            self.list_tools(label, tools).await;
+        }
 
-        let mut usage = Usage::default();
-        let ending = self.model_turn(&mut usage).await;
-        self.body.usage = Some(usage);
+        let ending = self.turns().await;
+        self.body.usage = Some(self.usage.clone());
         let upstream = self.finish(ending).await;
 
         let response_id: Arc<str> = Arc::from(id.as_str());
         self.hub.close(response_id).await;
         if !self.body.store
-            && let Err(e) = self
-                .store
-                .delete_run(crate::store::DEFAULT_TENANT, &id)
-                .await
+            && let Err(e) = self.store.delete_run(&self.tenant_id, &id).await
         {
             tracing::warn!(response_id = %id, error = %e, "cannot delete an unstored run");
         }
@@ -141,33 +193,99 @@ impl RunTask {
         }
     }
 
-    /// Streams one model turn into output items.
-    async fn model_turn(&mut self, usage: &mut Usage) -> Ending {
+    /// Model turns until the model answers without server tools, or a limit is reached.
+    async fn turns(&mut self) -> Ending {
+        let max_turns = self.limits.max_turns.max(1);
+        for turn in 1..=max_turns {
+            let turn_result = match self.model_turn().await {
+                Ok(turn) => turn,
+                Err(ending) => return ending,
+            };
+            let presented = match self.present(turn_result.calls).await {
+                Ok(presented) => presented,
+                Err(ending) => return ending,
+            };
+            if self.limits.on_error == ToolErrorPolicy::Fail
+                && let Some(failed) = presented
+                    .iter()
+                    .find(|p| p.result.is_error() && p.result.error != Some(ToolErrorKind::Refused))
+            {
+                return Ending::Failed {
+                    code: "tool_error",
+                    message: format!(
+                        "The tool '{}' failed: {}",
+                        failed.call.name, failed.result.text
+                    ),
+                    upstream: None,
+                };
+            }
+            match turn_result.finish {
+                Some(FinishReason::Length) => return Ending::Incomplete("max_output_tokens"),
+                Some(FinishReason::ContentFilter) => return Ending::Incomplete("content_filter"),
+                _ => {}
+            }
+            if turn_result.client_calls > 0 {
+                // The client executes its calls and continues the conversation.
+                return Ending::Completed;
+            }
+            if let Some(direct) = presented
+                .iter()
+                .find(|p| p.call.options.return_direct && !p.result.is_error())
+            {
+                let deltas = if direct.chunks.is_empty() {
+                    vec![direct.result.text.clone()]
+                } else {
+                    direct.chunks.clone()
+                };
+                self.text_message(deltas).await;
+                return Ending::Completed;
+            }
+            if presented.is_empty() {
+                return Ending::Completed;
+            }
+            if turn == max_turns {
+                break;
+            }
+        }
+        Ending::Incomplete("max_turns")
+    }
+
+    /// Streams one model turn: text and client calls live, server calls started as soon as
+    /// their arguments are complete.
+    async fn model_turn(&mut self) -> Result<Turn, Ending> {
         let mut request = self.request.clone();
         request.items = self.context.clone();
-        request.items.extend(self.body.output.iter().cloned());
+        request.items.extend(self.transcript.iter().cloned());
 
         let stream = tokio::select! {
-            _ = self.stop.cancelled() => return shutdown_ending(),
+            _ = self.stop.cancelled() => return Err(shutdown_ending()),
             started = self.client.stream(&request) => started,
         };
         let mut stream = match stream {
             Ok(stream) => stream,
-            Err(e) => return upstream_ending(e),
+            Err(e) => return Err(upstream_ending(e)),
+        };
+        let mut turn = Turn {
+            finish: None,
+            client_calls: 0,
+            calls: TurnCalls::new(self.limits.max_concurrency),
         };
         let mut open: Option<OpenMessage> = None;
-        let mut finish: Option<FinishReason> = None;
+        let mut current: Option<PendingCall> = None;
         loop {
             let next = tokio::select! {
                 _ = self.stop.cancelled() => {
                     self.close_message(open.take(), ItemStatus::Incomplete).await;
-                    return shutdown_ending();
+                    return Err(shutdown_ending());
                 }
                 next = stream.next() => next,
             };
             let Some(next) = next else { break };
             match next {
                 Ok(ModelEvent::TextDelta(delta)) => {
+                    if let Some(call) = current.take() {
+                        self.finish_call(call, &mut turn).await;
+                    }
                     let message = match &mut open {
                         Some(message) => message,
                         None => open.insert(self.open_message().await),
@@ -182,28 +300,442 @@ impl RunTask {
                     };
                     self.emitter.emit(event).await;
                 }
-                Ok(ModelEvent::Usage(turn)) => usage.add(&turn),
-                Ok(ModelEvent::Finish(reason)) => finish = Some(reason),
-                // Tools arrive with the tool registry; a model without tools sends none.
-                Ok(ModelEvent::ToolCallDelta { .. } | ModelEvent::ReasoningDelta(_)) => {}
+                Ok(ModelEvent::ToolCallDelta {
+                    index,
+                    id,
+                    name,
+                    arguments,
+                }) => {
+                    if current.as_ref().map(|c| c.index) != Some(index) {
+                        // A new call: the message and the previous call are complete.
+                        self.close_message(open.take(), ItemStatus::Completed).await;
+                        if let Some(call) = current.take() {
+                            self.finish_call(call, &mut turn).await;
+                        }
+                        current = Some(PendingCall {
+                            index,
+                            call_id: id.unwrap_or_else(|| ids::new(ids::CALL)),
+                            name: String::new(),
+                            arguments: String::new(),
+                            live: None,
+                        });
+                    }
+                    if let Some(call) = current.as_mut() {
+                        self.extend_call(call, name, arguments, &turn).await;
+                    }
+                }
+                Ok(ModelEvent::Usage(usage)) => self.usage.add(&usage),
+                Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
+                // Reasoning text is not surfaced yet.
+                Ok(ModelEvent::ReasoningDelta(_)) => {}
                 Err(e) => {
                     self.close_message(open.take(), ItemStatus::Incomplete)
                         .await;
-                    return upstream_ending(e);
+                    if let Some((output_index, _)) = current.as_ref().and_then(|c| c.live.clone()) {
+                        self.close_function_call(
+                            current.take(),
+                            output_index,
+                            ItemStatus::Incomplete,
+                        )
+                        .await;
+                    }
+                    return Err(upstream_ending(e));
                 }
             }
         }
-        let ending = match finish {
-            Some(FinishReason::Length) => Ending::Incomplete("max_output_tokens"),
-            Some(FinishReason::ContentFilter) => Ending::Incomplete("content_filter"),
-            _ => Ending::Completed,
-        };
-        let status = match ending {
-            Ending::Completed => ItemStatus::Completed,
-            _ => ItemStatus::Incomplete,
+        let status = match turn.finish {
+            Some(FinishReason::Length | FinishReason::ContentFilter) => ItemStatus::Incomplete,
+            _ => ItemStatus::Completed,
         };
         self.close_message(open.take(), status).await;
-        ending
+        if let Some(call) = current.take() {
+            self.finish_call(call, &mut turn).await;
+        }
+        Ok(turn)
+    }
+
+    /// Whether one more call may be accepted this turn (`parallel_tool_calls: false` allows
+    /// one).
+    fn accepts_call(&self, turn: &Turn) -> bool {
+        self.limits.parallel_tool_calls || turn.client_calls + turn.calls.calls.len() == 0
+    }
+
+    fn is_client_call(&self, name: &str) -> bool {
+        self.tools
+            .get(name)
+            .is_some_and(|entry| entry.callable && matches!(entry.executor, Executor::Client))
+    }
+
+    /// Adds a piece of a call; a client call opens its `function_call` item once its name is
+    /// known and streams its arguments live.
+    async fn extend_call(
+        &mut self,
+        call: &mut PendingCall,
+        name: Option<String>,
+        arguments: String,
+        turn: &Turn,
+    ) {
+        if call.name.is_empty()
+            && let Some(name) = name
+        {
+            call.name = name;
+        }
+        call.arguments.push_str(&arguments);
+        if let Some((output_index, item_id)) = &call.live {
+            if !arguments.is_empty() {
+                let event = Event::FunctionCallArgumentsDelta {
+                    item_id: item_id.clone(),
+                    output_index: *output_index,
+                    delta: arguments,
+                };
+                self.emitter.emit(event).await;
+            }
+            return;
+        }
+        if call.name.is_empty() || !self.is_client_call(&call.name) || !self.accepts_call(turn) {
+            return;
+        }
+        let item_id = ids::new(ids::FUNCTION_CALL);
+        let output_index = self.body.output.len();
+        let item = Item::FunctionCall(FunctionCall {
+            id: item_id.clone(),
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            arguments: String::new(),
+            status: Some(ItemStatus::InProgress),
+        });
+        self.body.output.push(item.clone());
+        self.emitter
+            .emit(Event::OutputItemAdded { output_index, item })
+            .await;
+        if !call.arguments.is_empty() {
+            let event = Event::FunctionCallArgumentsDelta {
+                item_id: item_id.clone(),
+                output_index,
+                delta: call.arguments.clone(),
+            };
+            self.emitter.emit(event).await;
+        }
+        call.live = Some((output_index, item_id));
+    }
+
+    /// A call's arguments are complete: a client call's item is closed; a server call starts
+    /// executing (or is refused, with the reason as its result).
+    async fn finish_call(&mut self, call: PendingCall, turn: &mut Turn) {
+        if let Some((output_index, _)) = call.live.clone() {
+            self.close_function_call(Some(call), output_index, ItemStatus::Completed)
+                .await;
+            turn.client_calls += 1;
+            return;
+        }
+        let entry = self.tools.get(&call.name).cloned();
+        let server_label = entry
+            .as_ref()
+            .and_then(|e| e.server_label.clone())
+            .unwrap_or_else(|| "switchyard".into());
+        let options = match entry.as_ref().map(|e| &e.executor) {
+            Some(Executor::Server(tool)) => tool.options.clone(),
+            _ => Default::default(),
+        };
+        let server_call = ServerCall {
+            name: call.name.clone(),
+            server_label,
+            arguments: call.arguments.clone(),
+            options,
+        };
+        let refusal = match &entry {
+            None => Some(format!(
+                "The tool '{}' is not available in this request; use one of the tools you were given.",
+                call.name
+            )),
+            Some(entry) if !entry.callable => Some(format!(
+                "The tool '{}' is not allowed by this request's tool_choice.",
+                call.name
+            )),
+            Some(_) if !self.accepts_call(turn) => Some(
+                "Only one tool call per turn is allowed (parallel_tool_calls is false); this call was not executed. Call it again on its own."
+                    .to_string(),
+            ),
+            Some(_) if self.limits.max_tool_calls.is_some_and(|max| self.tool_calls_used >= max) => {
+                Some(format!(
+                    "The limit of {} tool calls for this response is reached; this call was not executed.",
+                    self.limits.max_tool_calls.unwrap_or_default()
+                ))
+            }
+            Some(_) => None,
+        };
+        match (refusal, entry.map(|e| e.executor)) {
+            (None, Some(Executor::Server(tool))) => {
+                self.tool_calls_used += 1;
+                let context = ToolContext {
+                    response_id: self.body.id.clone(),
+                    call_id: call.call_id,
+                    tenant_id: self.tenant_id.clone(),
+                    cancel: self.stop.child_token(),
+                };
+                turn.calls.start(server_call, tool, context);
+            }
+            (reason, _) => {
+                // A client call the turn cannot take (the parallel rule) is refused the same way.
+                let reason = reason.unwrap_or_else(|| {
+                    "Only one tool call per turn is allowed (parallel_tool_calls is false); this call was not executed. Call it again on its own.".to_string()
+                });
+                turn.calls.refuse(server_call, reason);
+            }
+        }
+    }
+
+    async fn close_function_call(
+        &mut self,
+        call: Option<PendingCall>,
+        output_index: usize,
+        status: ItemStatus,
+    ) {
+        let Some(call) = call else { return };
+        let Some((_, item_id)) = call.live else {
+            return;
+        };
+        let item = Item::FunctionCall(FunctionCall {
+            id: item_id.clone(),
+            call_id: call.call_id,
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            status: Some(status),
+        });
+        self.body.output[output_index] = item.clone();
+        if status == ItemStatus::Completed {
+            self.emitter
+                .emit(Event::FunctionCallArgumentsDone {
+                    item_id,
+                    output_index,
+                    name: call.name,
+                    arguments: call.arguments,
+                })
+                .await;
+        }
+        self.emitter
+            .emit(Event::OutputItemDone {
+                output_index,
+                item: item.clone(),
+            })
+            .await;
+        self.transcript.push(item);
+    }
+
+    /// Presents the turn's server calls one item at a time: the first to produce output or
+    /// finish takes the stream, the others wait their turn.
+    async fn present(&mut self, mut calls: TurnCalls) -> Result<Vec<Presented>, Ending> {
+        let count = calls.calls.len();
+        let mut chunks: Vec<Vec<String>> = vec![Vec::new(); count];
+        let mut results: Vec<Option<ToolResult>> = vec![None; count];
+        let mut ready: VecDeque<usize> = VecDeque::new();
+        let mut is_ready = vec![false; count];
+        let mut speaker: Option<(usize, usize, String)> = None;
+        let mut items: Vec<Option<Item>> = vec![None; count];
+        let mut remaining = count;
+        while remaining > 0 {
+            if speaker.is_none()
+                && let Some(slot) = ready.pop_front()
+            {
+                if calls.calls[slot].options.hidden {
+                    // Hidden calls never take the stream; they become ready only when done.
+                    items[slot] = Some(hidden_item(&calls.calls[slot], results[slot].as_ref()));
+                    remaining -= 1;
+                    continue;
+                }
+                let (output_index, item_id) = self.open_call(&calls.calls[slot]).await;
+                speaker = Some((slot, output_index, item_id));
+            }
+            if let Some((slot, output_index, item_id)) = speaker.clone()
+                && let Some(result) = &results[slot]
+            {
+                let result = result.clone();
+                let item = self
+                    .close_call(&calls.calls[slot], output_index, item_id, &result)
+                    .await;
+                items[slot] = Some(item);
+                remaining -= 1;
+                speaker = None;
+                continue;
+            }
+            let event = tokio::select! {
+                _ = self.stop.cancelled() => {
+                    if let Some((slot, output_index, item_id)) = speaker.take() {
+                        let cancelled = ToolResult::failure(ToolErrorKind::Cancelled, "The call was cancelled.");
+                        let item = self.close_call(&calls.calls[slot], output_index, item_id, &cancelled).await;
+                        items[slot] = Some(item);
+                    }
+                    // Finished calls are kept.
+                    self.transcript.extend(items.into_iter().flatten());
+                    return Err(shutdown_ending());
+                }
+                event = calls.receiver.recv() => event,
+            };
+            let slot = match event {
+                Some(CallEvent::Output(slot, text)) => {
+                    chunks[slot].push(text);
+                    slot
+                }
+                Some(CallEvent::Done(slot, result)) => {
+                    results[slot] = Some(result);
+                    slot
+                }
+                None => break,
+            };
+            let hidden_running = calls.calls[slot].options.hidden && results[slot].is_none();
+            if !is_ready[slot] && !hidden_running {
+                is_ready[slot] = true;
+                ready.push_back(slot);
+            }
+        }
+        // The model gets the results in its own call order, whatever order they were shown in.
+        self.transcript.extend(items.into_iter().flatten());
+        Ok(calls
+            .calls
+            .drain(..)
+            .zip(results)
+            .zip(chunks)
+            .map(|((call, result), chunks)| Presented {
+                call,
+                result: result.unwrap_or_else(|| {
+                    ToolResult::failure(ToolErrorKind::Cancelled, "The call did not finish.")
+                }),
+                chunks,
+            })
+            .collect())
+    }
+
+    /// Opens a call's `mcp_call` item: added, arguments, in progress.
+    async fn open_call(&mut self, call: &ServerCall) -> (usize, String) {
+        let item_id = ids::new(ids::MCP_CALL);
+        let output_index = self.body.output.len();
+        let item = Item::McpCall(McpCall {
+            id: item_id.clone(),
+            server_label: call.server_label.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            output: None,
+            error: None,
+            status: Some(ItemStatus::InProgress),
+            approval_request_id: None,
+            data: None,
+        });
+        self.body.output.push(item.clone());
+        self.emitter
+            .emit(Event::OutputItemAdded { output_index, item })
+            .await;
+        self.emitter
+            .emit(Event::McpCallArgumentsDelta {
+                item_id: item_id.clone(),
+                output_index,
+                delta: call.arguments.clone(),
+            })
+            .await;
+        self.emitter
+            .emit(Event::McpCallArgumentsDone {
+                item_id: item_id.clone(),
+                output_index,
+                arguments: call.arguments.clone(),
+            })
+            .await;
+        self.emitter
+            .emit(Event::McpCallInProgress {
+                item_id: item_id.clone(),
+                output_index,
+            })
+            .await;
+        (output_index, item_id)
+    }
+
+    async fn close_call(
+        &mut self,
+        call: &ServerCall,
+        output_index: usize,
+        item_id: String,
+        result: &ToolResult,
+    ) -> Item {
+        let item = Item::McpCall(call_item(call, item_id.clone(), result));
+        self.body.output[output_index] = item.clone();
+        let event = if result.is_error() {
+            Event::McpCallFailed {
+                item_id,
+                output_index,
+            }
+        } else {
+            Event::McpCallCompleted {
+                item_id,
+                output_index,
+            }
+        };
+        self.emitter.emit(event).await;
+        self.emitter
+            .emit(Event::OutputItemDone {
+                output_index,
+                item: item.clone(),
+            })
+            .await;
+        item
+    }
+
+    /// Announces a tool server's tools (`mcp_list_tools`).
+    async fn list_tools(&mut self, server_label: String, tools: Vec<McpToolInfo>) {
+        let item_id = ids::new(ids::MCP_LIST_TOOLS);
+        let output_index = self.body.output.len();
+        let mut listing = McpListTools {
+            id: item_id.clone(),
+            server_label,
+            tools,
+            error: None,
+            status: Some(ItemStatus::InProgress),
+        };
+        self.body.output.push(Item::McpListTools(listing.clone()));
+        self.emitter
+            .emit(Event::OutputItemAdded {
+                output_index,
+                item: Item::McpListTools(listing.clone()),
+            })
+            .await;
+        self.emitter
+            .emit(Event::McpListToolsInProgress {
+                item_id: item_id.clone(),
+                output_index,
+            })
+            .await;
+        self.emitter
+            .emit(Event::McpListToolsCompleted {
+                item_id,
+                output_index,
+            })
+            .await;
+        listing.status = Some(ItemStatus::Completed);
+        let item = Item::McpListTools(listing);
+        self.body.output[output_index] = item.clone();
+        self.emitter
+            .emit(Event::OutputItemDone {
+                output_index,
+                item: item.clone(),
+            })
+            .await;
+        self.transcript.push(item);
+    }
+
+    /// A whole assistant message from known text pieces (the output of a `return_direct`
+    /// tool), streamed as deltas.
+    async fn text_message(&mut self, deltas: Vec<String>) {
+        let mut message = self.open_message().await;
+        for delta in deltas {
+            message.text.push_str(&delta);
+            let event = Event::OutputTextDelta {
+                item_id: message.item_id.clone(),
+                output_index: message.output_index,
+                content_index: 0,
+                delta,
+                logprobs: Vec::new(),
+            };
+            self.emitter.emit(event).await;
+        }
+        self.close_message(Some(message), ItemStatus::Completed)
+            .await;
     }
 
     async fn open_message(&mut self) -> OpenMessage {
@@ -235,7 +767,7 @@ impl RunTask {
         let part = ContentPart::OutputText(OutputText::new(open.text.clone()));
         let item = Item::Message(Message {
             id: open.item_id.clone(),
-            role: crate::protocol::items::Role::Assistant,
+            role: Role::Assistant,
             content: vec![part.clone()],
             status: Some(status),
         });
@@ -260,9 +792,10 @@ impl RunTask {
         self.emitter
             .emit(Event::OutputItemDone {
                 output_index: open.output_index,
-                item,
+                item: item.clone(),
             })
             .await;
+        self.transcript.push(item);
     }
 
     /// Stores the final state, then sends the terminal event. Returns the upstream failure,
@@ -303,7 +836,14 @@ impl RunTask {
         debug_assert!(transition_allowed(RunState::InProgress, state));
         if let Err(e) = self
             .store
-            .transition(&id, RunState::InProgress, state, &self.body, now_ms())
+            .transition(
+                &id,
+                RunState::InProgress,
+                state,
+                &self.body,
+                &self.transcript,
+                now_ms(),
+            )
             .await
         {
             // The run was moved on by someone else (or the database is gone): its stored
@@ -322,6 +862,44 @@ impl RunTask {
             tracing::error!(response_id = %id, error = %e, "cannot store the run's events");
         }
         upstream
+    }
+}
+
+/// A hidden call's item: stored for the model, never shown.
+fn hidden_item(call: &ServerCall, result: Option<&ToolResult>) -> Item {
+    let unfinished = ToolResult::failure(ToolErrorKind::Cancelled, "The call did not finish.");
+    Item::McpCall(call_item(
+        call,
+        ids::new(ids::MCP_CALL),
+        result.unwrap_or(&unfinished),
+    ))
+}
+
+/// The `mcp_call` item of a finished call.
+fn call_item(call: &ServerCall, id: String, result: &ToolResult) -> McpCall {
+    let (output, error, status) = match result.error {
+        None => (Some(result.text.clone()), None, ItemStatus::Completed),
+        Some(ToolErrorKind::Transport { status: Some(code) }) => (
+            None,
+            Some(json!({"type": "http_error", "code": code, "message": result.text})),
+            ItemStatus::Failed,
+        ),
+        Some(_) => (
+            None,
+            Some(json!({"type": "mcp_tool_execution_error", "content": result.text})),
+            ItemStatus::Failed,
+        ),
+    };
+    McpCall {
+        id,
+        server_label: call.server_label.clone(),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
+        output,
+        error,
+        status: Some(status),
+        approval_request_id: None,
+        data: result.data.clone(),
     }
 }
 

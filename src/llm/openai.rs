@@ -1,7 +1,7 @@
 //! The OpenAI-compatible `/chat/completions` client: maps a [`ModelRequest`] to a streaming
 //! chat request and the SSE chunks back to [`ModelEvent`]s.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -212,15 +212,26 @@ fn chat_tool_choice(choice: &Value) -> Value {
     }
 }
 
-/// Items → chat messages. Consecutive function calls become one assistant message with
-/// several `tool_calls`, as chat-completions expects.
+/// Items → chat messages. Consecutive calls (client functions and server calls) become one
+/// assistant message with several `tool_calls`, each directly followed by its result, as
+/// chat-completions requires; tool listings are not part of the conversation.
 fn chat_messages(request: &ModelRequest) -> Vec<Value> {
-    let mut messages: Vec<Value> = Vec::with_capacity(request.items.len() + 1);
+    let items = &request.items;
+    let client_outputs: HashMap<&str, String> = items
+        .iter()
+        .filter_map(|item| match item {
+            Item::FunctionCallOutput(o) => Some((o.call_id.as_str(), o.output.as_text())),
+            _ => None,
+        })
+        .collect();
+    let mut answered: HashSet<String> = HashSet::new();
+    let mut messages: Vec<Value> = Vec::with_capacity(items.len() + 1);
     if let Some(instructions) = &request.instructions {
         messages.push(json!({"role": "system", "content": instructions}));
     }
-    for item in &request.items {
-        match item {
+    let mut index = 0;
+    while index < items.len() {
+        match &items[index] {
             Item::Message(message) => {
                 let role = match message.role {
                     Role::User => "user",
@@ -230,38 +241,62 @@ fn chat_messages(request: &ModelRequest) -> Vec<Value> {
                 };
                 messages.push(json!({"role": role, "content": chat_content(&message.content)}));
             }
-            Item::FunctionCall(call) => {
-                let tool_call = json!({
-                    "id": call.call_id, "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                });
-                push_tool_call(&mut messages, tool_call);
+            Item::FunctionCall(_) | Item::McpCall(_) => {
+                let mut calls = Vec::new();
+                let mut results = Vec::new();
+                while let Some(item) = items.get(index) {
+                    let (id, name, arguments, result) = match item {
+                        Item::FunctionCall(c) => (
+                            c.call_id.clone(),
+                            &c.name,
+                            &c.arguments,
+                            client_outputs.get(c.call_id.as_str()).cloned(),
+                        ),
+                        Item::McpCall(c) => {
+                            (c.id.clone(), &c.name, &c.arguments, Some(c.result_text()))
+                        }
+                        _ => break,
+                    };
+                    calls.push(json!({"id": id, "type": "function",
+                                      "function": {"name": name, "arguments": arguments}}));
+                    results.push((id, result));
+                    index += 1;
+                }
+                attach_tool_calls(&mut messages, calls);
+                for (id, result) in results {
+                    let content =
+                        result.unwrap_or_else(|| "No output was provided for this call.".into());
+                    messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                    answered.insert(id);
+                }
+                continue;
             }
             Item::FunctionCallOutput(output) => {
-                messages.push(json!({
-                    "role": "tool", "tool_call_id": output.call_id,
-                    "content": output.output.as_text(),
-                }));
+                if !answered.contains(&output.call_id) {
+                    messages.push(json!({
+                        "role": "tool", "tool_call_id": output.call_id,
+                        "content": output.output.as_text(),
+                    }));
+                }
             }
+            Item::McpListTools(_) => {}
         }
+        index += 1;
     }
     messages
 }
 
-/// Appends a tool call to the last assistant message, or starts one.
-fn push_tool_call(messages: &mut Vec<Value>, tool_call: Value) {
+/// Puts tool calls on the assistant message just before them (its text and its calls are one
+/// turn), or on a new one.
+fn attach_tool_calls(messages: &mut Vec<Value>, calls: Vec<Value>) {
     if let Some(last) = messages.last_mut()
         && last["role"] == "assistant"
+        && last.get("tool_calls").is_none()
     {
-        match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
-            Some(calls) => calls.push(tool_call),
-            None => {
-                last["tool_calls"] = json!([tool_call]);
-            }
-        }
+        last["tool_calls"] = Value::Array(calls);
         return;
     }
-    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [tool_call]}));
+    messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
 }
 
 /// Text-only content as a string (understood everywhere); otherwise chat content parts.

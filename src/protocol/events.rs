@@ -70,6 +70,43 @@ pub enum Event {
         name: String,
         arguments: String,
     },
+    #[serde(rename = "response.mcp_list_tools.in_progress")]
+    McpListToolsInProgress {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.mcp_list_tools.completed")]
+    McpListToolsCompleted {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.mcp_call_arguments.delta")]
+    McpCallArgumentsDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.mcp_call_arguments.done")]
+    McpCallArgumentsDone {
+        item_id: String,
+        output_index: usize,
+        arguments: String,
+    },
+    #[serde(rename = "response.mcp_call.in_progress")]
+    McpCallInProgress {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.mcp_call.completed")]
+    McpCallCompleted {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.mcp_call.failed")]
+    McpCallFailed {
+        item_id: String,
+        output_index: usize,
+    },
     /// A failure after the stream started: the fields flat and nested (SPEC §7 E).
     #[serde(rename = "error")]
     Error {
@@ -107,6 +144,13 @@ impl Event {
             Event::OutputTextDone { .. } => "response.output_text.done",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
+            Event::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
+            Event::McpCallArgumentsDelta { .. } => "response.mcp_call_arguments.delta",
+            Event::McpCallArgumentsDone { .. } => "response.mcp_call_arguments.done",
+            Event::McpCallInProgress { .. } => "response.mcp_call.in_progress",
+            Event::McpCallCompleted { .. } => "response.mcp_call.completed",
+            Event::McpCallFailed { .. } => "response.mcp_call.failed",
             Event::Error { .. } => "error",
         }
     }

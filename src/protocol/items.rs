@@ -16,6 +16,8 @@ pub enum Item {
     Message(Message),
     FunctionCall(FunctionCall),
     FunctionCallOutput(FunctionCallOutput),
+    McpListTools(McpListTools),
+    McpCall(McpCall),
 }
 
 impl Item {
@@ -24,6 +26,19 @@ impl Item {
             Item::Message(m) => &m.id,
             Item::FunctionCall(c) => &c.id,
             Item::FunctionCallOutput(o) => &o.id,
+            Item::McpListTools(l) => &l.id,
+            Item::McpCall(c) => &c.id,
+        }
+    }
+
+    /// The item's status slot.
+    pub fn status_mut(&mut self) -> &mut Option<ItemStatus> {
+        match self {
+            Item::Message(m) => &mut m.status,
+            Item::FunctionCall(c) => &mut c.status,
+            Item::FunctionCallOutput(o) => &mut o.status,
+            Item::McpListTools(l) => &mut l.status,
+            Item::McpCall(c) => &mut c.status,
         }
     }
 
@@ -49,6 +64,14 @@ impl Item {
                 ids::assign(&mut o.id, ids::FUNCTION_CALL_OUTPUT);
                 o.status.get_or_insert(ItemStatus::Completed);
             }
+            Item::McpListTools(l) => {
+                ids::assign(&mut l.id, ids::MCP_LIST_TOOLS);
+                l.status.get_or_insert(ItemStatus::Completed);
+            }
+            Item::McpCall(c) => {
+                ids::assign(&mut c.id, ids::MCP_CALL);
+                c.status.get_or_insert(ItemStatus::Completed);
+            }
         }
     }
 }
@@ -59,6 +82,8 @@ pub enum ItemStatus {
     InProgress,
     Completed,
     Incomplete,
+    /// A server tool call that ended in an error (`mcp_call` only).
+    Failed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,6 +262,72 @@ impl ToolOutput {
                 })
                 .collect::<Vec<_>>()
                 .join("\n"),
+        }
+    }
+}
+
+/// What the model was shown of a tool server: emitted the first time a server is used in a
+/// chain.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpListTools {
+    #[serde(default)]
+    pub id: String,
+    pub server_label: String,
+    pub tools: Vec<McpToolInfo>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpToolInfo {
+    pub name: String,
+    pub description: Option<String>,
+    pub input_schema: Value,
+    #[serde(default)]
+    pub annotations: Option<Value>,
+}
+
+/// A call of a server tool, executed by the service (every tool source: compiled-in, HTTP
+/// tool servers, MCP servers).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpCall {
+    #[serde(default)]
+    pub id: String,
+    pub server_label: String,
+    pub name: String,
+    pub arguments: String,
+    #[serde(default)]
+    pub output: Option<String>,
+    /// `{"type": "mcp_tool_execution_error" | "http_error", …}` when the call failed.
+    #[serde(default)]
+    pub error: Option<Value>,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+    #[serde(default)]
+    pub approval_request_id: Option<String>,
+    /// Extension: structured data the tool returned for clients, besides the text the model
+    /// sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl McpCall {
+    /// The text the model sees as the call's result.
+    pub fn result_text(&self) -> String {
+        match (&self.error, &self.output) {
+            (Some(error), _) => {
+                let message = error
+                    .get("message")
+                    .or_else(|| error.get("content"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| error.to_string());
+                format!("Error: {message}")
+            }
+            (None, Some(output)) => output.clone(),
+            (None, None) => String::new(),
         }
     }
 }

@@ -6,3 +6,4 @@ pub mod ids;
 pub mod items;
 pub mod request;
 pub mod response;
+pub mod tools;

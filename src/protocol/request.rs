@@ -119,9 +119,6 @@ impl CreateResponse {
                 "Background mode is not supported yet.",
             ));
         }
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(unsupported("tools", "Tools are not supported yet."));
-        }
         if let Some(id) = &self.previous_response_id
             && id.is_empty()
         {
@@ -279,11 +276,16 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, FieldError> {
         Some("message") => typed(value, path).map(Item::Message),
         Some("function_call") => typed(value, path).map(Item::FunctionCall),
         Some("function_call_output") => typed(value, path).map(Item::FunctionCallOutput),
+        Some("mcp_call") => typed(value, path).map(Item::McpCall),
+        Some("mcp_list_tools") => typed(value, path).map(Item::McpListTools),
         _ => typed(value, path),
     }
 }
 
-fn typed<T: serde::de::DeserializeOwned>(value: Value, path: &str) -> Result<T, FieldError> {
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(
+    value: Value,
+    path: &str,
+) -> Result<T, FieldError> {
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let inner = e.path().to_string();
         let param = if inner == "." || inner.is_empty() {

@@ -114,6 +114,8 @@ pub struct StoredRun {
     pub tenant_id: String,
     pub state: RunState,
     pub body: ResponseObject,
+    /// Everything the model saw of the output (hidden tool calls included).
+    pub transcript: Vec<Item>,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub updated_at: i64,
@@ -153,7 +155,8 @@ pub trait RunStore: Send + Sync + 'static {
 
     async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, StoreError>;
 
-    /// Compare-and-set: moves the run from `from` to `to` and stores `body`, or reports
+    /// Compare-and-set: moves the run from `from` to `to` and stores `body` and the
+    /// transcript, or reports
     /// `Conflict` with the state it found (`NotFound` when there is no such run).
     async fn transition(
         &self,
@@ -161,6 +164,7 @@ pub trait RunStore: Send + Sync + 'static {
         from: RunState,
         to: RunState,
         body: &ResponseObject,
+        transcript: &[Item],
         now_ms: i64,
     ) -> Result<(), StoreError>;
 

@@ -20,6 +20,7 @@ pub(super) struct RunRow {
     pub tenant_id: String,
     pub state: String,
     pub body: Json<ResponseObject>,
+    pub transcript: Json<Vec<Item>>,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub updated_at: i64,
@@ -33,6 +34,7 @@ impl TryFrom<RunRow> for StoredRun {
             tenant_id: row.tenant_id,
             state: parse_state(&row.state)?,
             body: row.body.0,
+            transcript: row.transcript.0,
             lease_owner: row.lease_owner,
             lease_expires_at: row.lease_expires_at,
             updated_at: row.updated_at,
@@ -75,7 +77,7 @@ pub(super) struct ItemRow {
 /// The columns of a `RunRow`, for `concat!` into queries (no `format!` into SQL).
 macro_rules! run_columns {
     () => {
-        "tenant_id, state, body, lease_owner, lease_expires_at, updated_at"
+        "tenant_id, state, body, transcript, lease_owner, lease_expires_at, updated_at"
     };
 }
 pub(super) use run_columns;
@@ -169,14 +171,16 @@ macro_rules! impl_run_store {
                 from: $crate::store::RunState,
                 to: $crate::store::RunState,
                 body: &$crate::protocol::response::ResponseObject,
+                transcript: &[$crate::protocol::items::Item],
                 now_ms: i64,
             ) -> Result<(), $crate::store::StoreError> {
                 let updated = sqlx::query(
-                    "UPDATE responses SET state = $1, body = $2, updated_at = $3 \
-                     WHERE id = $4 AND state = $5",
+                    "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4 \
+                     WHERE id = $5 AND state = $6",
                 )
                 .bind(to.as_str())
                 .bind(sqlx::types::Json(body))
+                .bind(sqlx::types::Json(transcript))
                 .bind(now_ms)
                 .bind(id)
                 .bind(from.as_str())

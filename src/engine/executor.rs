@@ -1,0 +1,183 @@
+//! Server tool calls of one model turn: each starts as soon as its arguments are complete,
+//! runs concurrently with the others (bounded), under its timeout and the run's cancellation.
+//! A call's failure — invalid arguments, an error, a timeout, a panic — is its result.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::registry::RegisteredTool;
+use crate::tools::{ToolContext, ToolErrorKind, ToolOptions, ToolOutput, ToolResult};
+
+/// A server call as the model made it.
+#[derive(Clone, Debug)]
+pub struct ServerCall {
+    pub name: String,
+    pub server_label: String,
+    pub arguments: String,
+    pub options: ToolOptions,
+}
+
+/// Progress of a call, tagged with its slot (its place in the model's call order).
+pub enum CallEvent {
+    Output(usize, String),
+    Done(usize, ToolResult),
+}
+
+pub struct TurnCalls {
+    pub calls: Vec<ServerCall>,
+    tasks: JoinSet<()>,
+    events: mpsc::UnboundedSender<CallEvent>,
+    pub receiver: mpsc::UnboundedReceiver<CallEvent>,
+    limit: Arc<Semaphore>,
+}
+
+impl TurnCalls {
+    pub fn new(max_concurrency: usize) -> TurnCalls {
+        let (events, receiver) = mpsc::unbounded_channel();
+        TurnCalls {
+            calls: Vec::new(),
+            tasks: JoinSet::new(),
+            events,
+            receiver,
+            limit: Arc::new(Semaphore::new(max_concurrency.max(1))),
+        }
+    }
+
+    /// Starts executing a call now; returns its slot.
+    pub fn start(
+        &mut self,
+        call: ServerCall,
+        tool: Arc<RegisteredTool>,
+        context: ToolContext,
+    ) -> usize {
+        let slot = self.calls.len();
+        let arguments = call.arguments.clone();
+        self.calls.push(call);
+        let events = self.events.clone();
+        let limit = self.limit.clone();
+        // The set aborts unfinished calls when the turn is dropped (cancel, shutdown).
+        self.tasks.spawn(async move {
+            let Ok(_permit) = limit.acquire_owned().await else {
+                return;
+            };
+            let output_events = events.clone();
+            let output = ToolOutput::new(move |text| {
+                let _ = output_events.send(CallEvent::Output(slot, text));
+            });
+            let result = execute(&tool, context, &arguments, output).await;
+            let _ = events.send(CallEvent::Done(slot, result));
+        });
+        slot
+    }
+
+    /// Records a call that is not executed, with the reason as its error result.
+    pub fn refuse(&mut self, call: ServerCall, reason: String) -> usize {
+        let slot = self.calls.len();
+        tracing::warn!(tool = %call.name, reason = %reason, "tool call refused");
+        self.calls.push(call);
+        let _ = self.events.send(CallEvent::Done(
+            slot,
+            ToolResult::failure(ToolErrorKind::Refused, reason),
+        ));
+        slot
+    }
+}
+
+/// Parses and validates the arguments, then runs the handler under its timeout, turning a
+/// panic into an error result. Logs start and end.
+async fn execute(
+    tool: &RegisteredTool,
+    context: ToolContext,
+    arguments: &str,
+    output: ToolOutput,
+) -> ToolResult {
+    let name = tool.name().to_string();
+    let started = Instant::now();
+    let (response_id, call_id) = (context.response_id.clone(), context.call_id.clone());
+    tracing::info!(response_id = %response_id, call_id = %call_id, tool = %name, "tool call started");
+    let result = run_handler(tool, context, arguments, output).await;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let outcome = match result.error {
+        None => "ok",
+        Some(ToolErrorKind::Tool) => "tool error",
+        Some(ToolErrorKind::InvalidArguments) => "invalid arguments",
+        Some(ToolErrorKind::Refused) => "refused",
+        Some(ToolErrorKind::Transport { .. }) => "transport failure",
+        Some(ToolErrorKind::Timeout) => "timeout",
+        Some(ToolErrorKind::Panic) => "panic",
+        Some(ToolErrorKind::Cancelled) => "cancelled",
+    };
+    match result.error {
+        None => {
+            tracing::info!(response_id = %response_id, call_id = %call_id, tool = %name, elapsed_ms, outcome, "tool call finished")
+        }
+        Some(kind) if kind.is_fault() => {
+            tracing::error!(response_id = %response_id, call_id = %call_id, tool = %name, elapsed_ms, outcome, error = %result.text, "tool call finished")
+        }
+        Some(_) => {
+            tracing::warn!(response_id = %response_id, call_id = %call_id, tool = %name, elapsed_ms, outcome, error = %result.text, "tool call finished")
+        }
+    }
+    result
+}
+
+async fn run_handler(
+    tool: &RegisteredTool,
+    context: ToolContext,
+    arguments: &str,
+    output: ToolOutput,
+) -> ToolResult {
+    let name = tool.name();
+    let text = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    let arguments: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(e) => {
+            return ToolResult::failure(
+                ToolErrorKind::InvalidArguments,
+                format!(
+                    "The arguments for '{name}' are not valid JSON: {e}. Call the tool again with a JSON object."
+                ),
+            );
+        }
+    };
+    if let Err(problems) = tool.validate(&arguments) {
+        return ToolResult::failure(
+            ToolErrorKind::InvalidArguments,
+            format!(
+                "Invalid arguments for '{name}': {problems}. Call the tool again with arguments matching its schema."
+            ),
+        );
+    }
+    let timeout = tool.options.timeout.unwrap_or(Duration::from_secs(30));
+    let cancel: CancellationToken = context.cancel.clone();
+    let call = AssertUnwindSafe(tool.handler.call(context, arguments, output)).catch_unwind();
+    tokio::select! {
+        _ = cancel.cancelled() => ToolResult::failure(ToolErrorKind::Cancelled, format!("The call of '{name}' was cancelled.")),
+        finished = tokio::time::timeout(timeout, call) => match finished {
+            Err(_) => {
+                // Tell the handler to stop whatever it still does.
+                cancel.cancel();
+                ToolResult::failure(
+                    ToolErrorKind::Timeout,
+                    format!("The tool '{name}' did not finish within {} ms.", timeout.as_millis()),
+                )
+            }
+            Ok(Err(_panic)) => ToolResult::failure(
+                ToolErrorKind::Panic,
+                format!("The tool '{name}' failed unexpectedly."),
+            ),
+            Ok(Ok(result)) => result,
+        },
+    }
+}

@@ -1,0 +1,227 @@
+//! The tool registry: every server tool, grouped by tool server, built once at start-up and
+//! read-only afterwards. A tool name is unique across all servers — a second registration
+//! is an error naming both sources, never a silent replacement.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::http::HttpTool;
+use super::{ToolHandler, ToolKind, ToolOptions, builtin};
+use crate::config::Config;
+
+/// The server label of the compiled-in handlers.
+pub const BUILTIN: &str = "builtin";
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RegistryError {
+    #[error(
+        "tool {name:?} is defined twice: by tool server {first:?} and by tool server {second:?}"
+    )]
+    Duplicate {
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error("tool {name:?} of tool server {server:?} has an invalid parameter schema: {message}")]
+    InvalidSchema {
+        name: String,
+        server: String,
+        message: String,
+    },
+    #[error("tool server {0:?}: {1}")]
+    Config(String, String),
+}
+
+/// A tool as registered: its handler, its compiled schema and its effective options.
+pub struct RegisteredTool {
+    pub server_label: String,
+    pub handler: Arc<dyn ToolHandler>,
+    pub schema: Value,
+    validator: jsonschema::Validator,
+    pub kind: ToolKind,
+    pub options: ToolOptions,
+}
+
+impl RegisteredTool {
+    pub fn name(&self) -> &str {
+        self.handler.name()
+    }
+
+    /// Checks arguments against the schema; the error lists every problem.
+    pub fn validate(&self, arguments: &Value) -> Result<(), String> {
+        validate_with(&self.validator, arguments)
+    }
+}
+
+/// Every problem of `instance`, one per line-ish, with where it is.
+pub fn validate_with(validator: &jsonschema::Validator, instance: &Value) -> Result<(), String> {
+    let problems: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            if path.is_empty() {
+                e.to_string()
+            } else {
+                format!("{path}: {e}")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Checks a parameter schema against the JSON Schema meta-schema and compiles it. Only
+/// object schemas describe function arguments; remote `$ref`s are not fetched.
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    if !schema.is_object() {
+        return Err("the schema must be a JSON object".into());
+    }
+    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+}
+
+/// One tool server: its label and tools in registration order.
+pub struct ToolServer {
+    pub label: String,
+    pub tools: Vec<Arc<RegisteredTool>>,
+}
+
+pub struct ToolRegistry {
+    servers: BTreeMap<String, ToolServer>,
+    by_name: HashMap<String, Arc<RegisteredTool>>,
+}
+
+impl ToolRegistry {
+    pub fn builder() -> ToolRegistryBuilder {
+        ToolRegistryBuilder {
+            servers: BTreeMap::new(),
+            by_name: HashMap::new(),
+            default_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The compiled-in handlers (server `builtin`) and the configured HTTP tool servers.
+    pub fn from_config(config: &Config) -> Result<ToolRegistry, RegistryError> {
+        ToolRegistry::from_config_with(config, Vec::new())
+    }
+
+    /// As [`ToolRegistry::from_config`], plus handlers compiled into an embedding program,
+    /// each with the server label it belongs to.
+    pub fn from_config_with(
+        config: &Config,
+        extra: Vec<(String, Arc<dyn ToolHandler>)>,
+    ) -> Result<ToolRegistry, RegistryError> {
+        let mut builder = ToolRegistry::builder();
+        builder.default_timeout = Duration::from_millis(config.tools.default_timeout_ms);
+        builder.server(BUILTIN);
+        for handler in builtin::handlers(&config.tools) {
+            builder.register(BUILTIN, handler)?;
+        }
+        for (label, handler) in extra {
+            builder.register(&label, handler)?;
+        }
+        for (label, server) in &config.tool_servers {
+            if label == BUILTIN {
+                return Err(RegistryError::Config(
+                    label.clone(),
+                    "the label 'builtin' is reserved for the compiled-in tools".into(),
+                ));
+            }
+            builder.server(label);
+            for tool in &server.tools {
+                let handler = HttpTool::from_config(tool)
+                    .map_err(|message| RegistryError::Config(label.clone(), message))?;
+                builder.register(label, Arc::new(handler))?;
+            }
+        }
+        Ok(builder.build())
+    }
+
+    pub fn server(&self, label: &str) -> Option<&ToolServer> {
+        self.servers.get(label)
+    }
+
+    pub fn servers(&self) -> impl Iterator<Item = &ToolServer> {
+        self.servers.values()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
+        self.by_name.get(name)
+    }
+}
+
+pub struct ToolRegistryBuilder {
+    servers: BTreeMap<String, ToolServer>,
+    by_name: HashMap<String, Arc<RegisteredTool>>,
+    default_timeout: Duration,
+}
+
+impl ToolRegistryBuilder {
+    /// Declares a tool server (a server without tools is still a valid label).
+    pub fn server(&mut self, label: &str) -> &mut Self {
+        self.servers
+            .entry(label.to_string())
+            .or_insert_with(|| ToolServer {
+                label: label.to_string(),
+                tools: Vec::new(),
+            });
+        self
+    }
+
+    /// Sets the timeout of tools that do not set their own.
+    pub fn default_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.default_timeout = timeout;
+        self
+    }
+
+    /// Adds a handler to a server; a name already taken by any server is an error.
+    pub fn register(
+        &mut self,
+        server_label: &str,
+        handler: Arc<dyn ToolHandler>,
+    ) -> Result<&mut Self, RegistryError> {
+        let name = handler.name().to_string();
+        if let Some(existing) = self.by_name.get(&name) {
+            return Err(RegistryError::Duplicate {
+                name,
+                first: existing.server_label.clone(),
+                second: server_label.to_string(),
+            });
+        }
+        let schema = handler.parameters();
+        let validator =
+            compile_schema(&schema).map_err(|message| RegistryError::InvalidSchema {
+                name: name.clone(),
+                server: server_label.to_string(),
+                message,
+            })?;
+        let mut options = handler.options();
+        options.timeout.get_or_insert(self.default_timeout);
+        let tool = Arc::new(RegisteredTool {
+            server_label: server_label.to_string(),
+            kind: handler.kind(),
+            handler,
+            schema,
+            validator,
+            options,
+        });
+        self.server(server_label);
+        if let Some(server) = self.servers.get_mut(server_label) {
+            server.tools.push(tool.clone());
+        }
+        self.by_name.insert(name, tool);
+        Ok(self)
+    }
+
+    pub fn build(self) -> ToolRegistry {
+        ToolRegistry {
+            servers: self.servers,
+            by_name: self.by_name,
+        }
+    }
+}
