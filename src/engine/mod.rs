@@ -322,7 +322,13 @@ impl Engine {
                 .store
                 .input_items(tenant_id, &run.body.id)
                 .await?;
-            segment.extend(run.body.output.iter().cloned());
+            // What the model saw, hidden tool calls included (runs stored before the
+            // transcript existed have only their output).
+            if run.transcript.is_empty() {
+                segment.extend(run.body.output.iter().cloned());
+            } else {
+                segment.extend(run.transcript.iter().cloned());
+            }
             segments.push(segment);
             if let Some(parent) = &run.body.previous_response_id {
                 current = match self.inner.store.get_run(tenant_id, parent).await {

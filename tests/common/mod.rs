@@ -2,16 +2,19 @@
 //! fake LLM, plus a small SSE client.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fake_llm::FakeLlm;
 use serde_json::Value;
 use switchyard::app::Application;
 use switchyard::config::{Config, Secret};
+use switchyard::tools::ToolHandler;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+#[allow(unused_imports)]
 pub use fake_llm::{Step, Turn};
 
 pub struct TestApp {
@@ -44,10 +47,18 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_app_with_tools(Vec::new(), tweak).await
+}
+
+/// The app with extra compiled-in tool handlers `(server label, handler)`.
+pub async fn spawn_app_with_tools(
+    tools: Vec<(String, Arc<dyn ToolHandler>)>,
+    tweak: impl FnOnce(&mut Config),
+) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/switchyard.db", dir.path().display());
     let llm = FakeLlm::start().await.unwrap();
-    start(url, llm, dir, tweak).await
+    start_with(url, llm, dir, tools, tweak).await
 }
 
 /// The app on the given database (a fresh fake LLM); the temp dir is unused then.
@@ -76,9 +87,19 @@ async fn start(
     dir: TempDir,
     tweak: impl FnOnce(&mut Config),
 ) -> TestApp {
+    start_with(database_url, llm, dir, Vec::new(), tweak).await
+}
+
+async fn start_with(
+    database_url: String,
+    llm: FakeLlm,
+    dir: TempDir,
+    tools: Vec<(String, Arc<dyn ToolHandler>)>,
+    tweak: impl FnOnce(&mut Config),
+) -> TestApp {
     let mut config = test_config(&database_url, &llm);
     tweak(&mut config);
-    let app = Application::build(config).await.unwrap();
+    let app = Application::build_with_tools(config, tools).await.unwrap();
     let base = format!("http://{}", app.local_addr());
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {

@@ -1,0 +1,900 @@
+//! Server tools end to end: the registry, the concurrent executor, what the stream shows and
+//! what the model is sent back.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use axum::Json;
+use axum::routing::post;
+use common::*;
+use serde_json::{Value, json};
+use switchyard::config::{Config, HttpToolConfig, ToolErrorPolicy, ToolServerConfig};
+use switchyard::tools::{ToolContext, ToolHandler, ToolOptions, ToolOutput, ToolResult};
+
+fn builtin() -> Value {
+    json!({"type": "mcp", "server_label": "builtin", "require_approval": "never"})
+}
+
+fn run_with(tools: Value) -> Value {
+    json!({"model": "gpt-4o-mini", "input": "go", "tools": tools})
+}
+
+/// Each item's events are contiguous: between its `added` and `done` only its own events.
+fn assert_items_do_not_interleave(sse: &Sse) {
+    let mut open: Option<u64> = None;
+    for event in &sse.events {
+        let index = event.data.get("output_index").and_then(Value::as_u64);
+        match event.event.as_str() {
+            "response.output_item.added" => {
+                assert_eq!(open, None, "item {index:?} opened inside another");
+                open = index;
+            }
+            "response.output_item.done" => {
+                assert_eq!(open, index, "done for an item that is not open");
+                open = None;
+            }
+            _ if index.is_some() => assert_eq!(open, index, "{} outside its item", event.event),
+            _ => {}
+        }
+    }
+    assert_eq!(open, None);
+}
+
+fn done_items(sse: &Sse) -> Vec<Value> {
+    sse.events
+        .iter()
+        .filter(|e| e.event == "response.output_item.done")
+        .map(|e| e.data["item"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tool_turn_then_a_text_turn_streams_the_call_and_feeds_the_result_back() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "calculator",
+        r#"{"expression": "6 * 7"}"#,
+    ));
+    app.llm.push(Turn::text("It is 42"));
+
+    let sse = app.stream(&run_with(json!([builtin()]))).await;
+
+    assert_numbering(&sse);
+    assert_items_do_not_interleave(&sse);
+    assert_eq!(
+        sse.types(),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.mcp_list_tools.in_progress",
+            "response.mcp_list_tools.completed",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.mcp_call_arguments.delta",
+            "response.mcp_call_arguments.done",
+            "response.mcp_call.in_progress",
+            "response.mcp_call.completed",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    let listing = &sse.events[5].data["item"];
+    assert_eq!(listing["type"], "mcp_list_tools");
+    assert_eq!(listing["server_label"], "builtin");
+    let names: Vec<&str> = listing["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["current_time", "calculator", "fetch_url"]);
+    let call = &sse.events[11].data["item"];
+    assert_eq!(call["type"], "mcp_call");
+    assert_eq!(call["server_label"], "builtin");
+    assert_eq!(call["name"], "calculator");
+    assert_eq!(call["arguments"], r#"{"expression": "6 * 7"}"#);
+    assert_eq!(call["output"], "42");
+    assert_eq!(call["error"], Value::Null);
+    assert_eq!(call["status"], "completed");
+    assert!(call["id"].as_str().unwrap().starts_with("mcp_"));
+    assert_eq!(sse.events[7].data["delta"], r#"{"expression": "6 * 7"}"#);
+    let response = &sse.last().data["response"];
+    assert_eq!(response["output"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        response["usage"]["total_tokens"],
+        15 + 13,
+        "usage is summed over both turns"
+    );
+
+    let requests = app.llm.requests();
+    assert_eq!(requests.len(), 2);
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["current_time", "calculator", "fetch_url"]);
+    assert_eq!(
+        requests[0]["tools"][1]["function"]["parameters"]["required"],
+        json!(["expression"])
+    );
+    let call_id = call["id"].as_str().unwrap();
+    assert_eq!(
+        requests[1]["messages"],
+        json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\": \"6 * 7\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": call_id, "content": "42"},
+        ])
+    );
+}
+
+/// A local tool endpoint: `/sleep` waits `ms` then answers, `/json` answers JSON, `/fail`
+/// answers 500.
+async fn tool_endpoint() -> String {
+    let app = axum::Router::new()
+        .route(
+            "/sleep",
+            post(|Json(body): Json<Value>| async move {
+                let ms = body["ms"].as_u64().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                format!("slept {ms}")
+            }),
+        )
+        .route(
+            "/json",
+            post(|Json(body): Json<Value>| async move {
+                Json(json!({"temperature": 21, "city": body["city"]}))
+            }),
+        )
+        .route(
+            "/fail",
+            post(|| async {
+                (
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "backend exploded",
+                )
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+fn http_tool(name: &str, url: String, timeout_ms: Option<u64>) -> HttpToolConfig {
+    HttpToolConfig {
+        name: name.into(),
+        description: format!("{name} over HTTP"),
+        parameters: json!({"type": "object"}),
+        url,
+        method: "POST".into(),
+        headers: Default::default(),
+        timeout_ms,
+        kind: switchyard::tools::ToolKind::Executed,
+        return_direct: false,
+        hidden: false,
+    }
+}
+
+fn with_server(config: &mut Config, label: &str, tools: Vec<HttpToolConfig>) {
+    config
+        .tool_servers
+        .insert(label.into(), ToolServerConfig { tools });
+}
+
+#[tokio::test]
+async fn three_slow_calls_of_one_turn_run_concurrently_and_are_shown_one_at_a_time() {
+    let endpoint = tool_endpoint().await;
+    let app = spawn_app_with(|c| {
+        with_server(
+            c,
+            "slow",
+            vec![http_tool("sleep", format!("{endpoint}/sleep"), None)],
+        )
+    })
+    .await;
+    app.llm.push(Turn::tool_calls(&[
+        ("call_a", "sleep", r#"{"ms": 900}"#),
+        ("call_b", "sleep", r#"{"ms": 600}"#),
+        ("call_c", "sleep", r#"{"ms": 300}"#),
+    ]));
+    app.llm.push(Turn::text("done"));
+
+    let started = Instant::now();
+    let sse = app
+        .stream(&run_with(json!([{"type": "mcp", "server_label": "slow"}])))
+        .await;
+    let elapsed = started.elapsed();
+
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+    assert!(
+        elapsed < Duration::from_millis(1500),
+        "took {elapsed:?}; the delays sum to 1800 ms"
+    );
+    assert!(elapsed >= Duration::from_millis(900), "took {elapsed:?}");
+    assert_items_do_not_interleave(&sse);
+    assert_numbering(&sse);
+    // Shown in the order they finished ...
+    let outputs: Vec<String> = done_items(&sse)
+        .iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .map(|i| i["output"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outputs, ["slept 300", "slept 600", "slept 900"]);
+    // ... but given back to the model in the order it called them.
+    let messages = app.llm.requests()[1]["messages"].clone();
+    let results: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(results, ["slept 900", "slept 600", "slept 300"]);
+    assert_eq!(messages[1]["tool_calls"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn invalid_arguments_reach_the_model_as_an_error_and_the_run_goes_on() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "calculator",
+        r#"{"expr": "1+1"}"#,
+    ));
+    app.llm.push(Turn::tool_call(
+        "call_2",
+        "calculator",
+        r#"{"expression": "1+1"}"#,
+    ));
+    app.llm.push(Turn::text("2"));
+
+    let sse = app.stream(&run_with(json!([builtin()]))).await;
+
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+    let calls: Vec<Value> = done_items(&sse)
+        .into_iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .collect();
+    assert_eq!(calls[0]["status"], "failed");
+    assert_eq!(calls[0]["error"]["type"], "mcp_tool_execution_error");
+    let message = calls[0]["error"]["content"].as_str().unwrap();
+    assert!(
+        message.starts_with("Invalid arguments for 'calculator'"),
+        "{message}"
+    );
+    assert!(message.contains("expr"), "{message}");
+    assert!(sse.types().contains(&"response.mcp_call.failed"));
+    assert_eq!(calls[1]["output"], "2");
+    let second = &app.llm.requests()[1]["messages"];
+    assert_eq!(second[2]["role"], "tool");
+    assert!(
+        second[2]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Error: Invalid arguments for 'calculator'")
+    );
+}
+
+struct Panics;
+#[async_trait]
+impl ToolHandler for Panics {
+    fn name(&self) -> &str {
+        "explode"
+    }
+    fn description(&self) -> &str {
+        "always panics"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, _: ToolContext, _: Value, _: ToolOutput) -> ToolResult {
+        panic!("boom")
+    }
+}
+
+struct Sleeps;
+#[async_trait]
+impl ToolHandler for Sleeps {
+    fn name(&self) -> &str {
+        "nap"
+    }
+    fn description(&self) -> &str {
+        "sleeps too long"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn options(&self) -> ToolOptions {
+        ToolOptions {
+            timeout: Some(Duration::from_millis(200)),
+            ..Default::default()
+        }
+    }
+    async fn call(&self, _: ToolContext, _: Value, _: ToolOutput) -> ToolResult {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        ToolResult::ok("rested")
+    }
+}
+
+/// Streams its answer in pieces and ends the run with it.
+struct Answers;
+#[async_trait]
+impl ToolHandler for Answers {
+    fn name(&self) -> &str {
+        "answer"
+    }
+    fn description(&self) -> &str {
+        "answers directly"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn options(&self) -> ToolOptions {
+        ToolOptions {
+            return_direct: true,
+            ..Default::default()
+        }
+    }
+    async fn call(&self, _: ToolContext, _: Value, output: ToolOutput) -> ToolResult {
+        output.send("The answer ");
+        output.send("is 42.");
+        ToolResult::ok("The answer is 42.")
+    }
+}
+
+struct Secret;
+#[async_trait]
+impl ToolHandler for Secret {
+    fn name(&self) -> &str {
+        "lookup_secret"
+    }
+    fn description(&self) -> &str {
+        "hidden from clients"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn options(&self) -> ToolOptions {
+        ToolOptions {
+            hidden: true,
+            ..Default::default()
+        }
+    }
+    async fn call(&self, _: ToolContext, _: Value, _: ToolOutput) -> ToolResult {
+        ToolResult::ok("the secret is 7")
+    }
+}
+
+fn test_tools() -> Vec<(String, Arc<dyn ToolHandler>)> {
+    vec![
+        ("test".to_string(), Arc::new(Panics) as Arc<dyn ToolHandler>),
+        ("test".to_string(), Arc::new(Sleeps)),
+        ("test".to_string(), Arc::new(Answers)),
+        ("test".to_string(), Arc::new(Secret)),
+    ]
+}
+
+fn test_server() -> Value {
+    json!({"type": "mcp", "server_label": "test"})
+}
+
+#[tokio::test]
+async fn a_timeout_and_a_panic_become_errors_the_model_sees() {
+    let app = spawn_app_with_tools(test_tools(), |_| {}).await;
+    app.llm.push(Turn::tool_calls(&[
+        ("c1", "explode", "{}"),
+        ("c2", "nap", "{}"),
+    ]));
+    app.llm.push(Turn::text("sorry"));
+
+    let sse = app.stream(&run_with(json!([test_server()]))).await;
+
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+    let calls: Vec<Value> = done_items(&sse)
+        .into_iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .collect();
+    let error_of = |name: &str| {
+        calls.iter().find(|c| c["name"] == name).unwrap()["error"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        error_of("explode"),
+        "The tool 'explode' failed unexpectedly."
+    );
+    assert_eq!(
+        error_of("nap"),
+        "The tool 'nap' did not finish within 200 ms."
+    );
+    let tool_messages: Vec<String> = app.llm.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        tool_messages,
+        [
+            "Error: The tool 'explode' failed unexpectedly.",
+            "Error: The tool 'nap' did not finish within 200 ms."
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_return_direct_tool_ends_the_run_with_its_output_as_the_answer() {
+    let app = spawn_app_with_tools(test_tools(), |_| {}).await;
+    app.llm.push(Turn::tool_call("c1", "answer", "{}"));
+
+    let sse = app.stream(&run_with(json!([test_server()]))).await;
+
+    let response = &sse.last().data["response"];
+    assert_eq!(response["status"], "completed");
+    let deltas: Vec<&str> = sse
+        .events
+        .iter()
+        .filter(|e| e.event == "response.output_text.delta")
+        .map(|e| e.data["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, ["The answer ", "is 42."]);
+    let last = response["output"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["type"], "message");
+    assert_eq!(last["content"][0]["text"], "The answer is 42.");
+    assert_eq!(app.llm.requests().len(), 1, "no second model turn");
+    assert_items_do_not_interleave(&sse);
+}
+
+#[tokio::test]
+async fn a_hidden_tool_leaves_no_item_but_the_model_and_the_chain_see_it() {
+    let app = spawn_app_with_tools(test_tools(), |_| {}).await;
+    app.llm.push(Turn::tool_call("c1", "lookup_secret", "{}"));
+    app.llm.push(Turn::text("I know it"));
+    app.llm.push(Turn::text("Still know it"));
+
+    let sse = app.stream(&run_with(json!([test_server()]))).await;
+    assert!(
+        sse.events
+            .iter()
+            .all(|e| e.data["item"]["type"] != "mcp_call"),
+        "no mcp_call on the stream"
+    );
+    let response = &sse.last().data["response"];
+    let types: Vec<&str> = response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["mcp_list_tools", "message"]);
+    let second = &app.llm.requests()[1]["messages"];
+    assert_eq!(
+        second[2],
+        json!({"role": "tool", "tool_call_id": second[1]["tool_calls"][0]["id"], "content": "the secret is 7"})
+    );
+
+    // A continuation still carries the hidden call to the model.
+    let (status, _) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "again?",
+        "previous_response_id": response["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let third = &app.llm.requests()[2]["messages"];
+    assert!(
+        third
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["content"] == "the secret is 7"),
+        "{third}"
+    );
+}
+
+#[tokio::test]
+async fn a_duplicate_tool_name_fails_start_up_naming_both_servers() {
+    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&format!("sqlite://{}/s.db", dir.path().display()), &llm);
+    with_server(
+        &mut config,
+        "mathserver",
+        vec![http_tool("calculator", "http://127.0.0.1:1/x".into(), None)],
+    );
+    let error = switchyard::app::Application::build(config)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        format!("{error:#}"),
+        r#"tool "calculator" is defined twice: by tool server "builtin" and by tool server "mathserver""#
+    );
+}
+
+#[tokio::test]
+async fn a_request_function_named_like_a_server_tool_is_a_400() {
+    let app = spawn_app().await;
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &run_with(json!([
+                builtin(),
+                {"type": "function", "name": "calculator", "parameters": {"type": "object"}},
+            ])),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "tools[1]");
+    assert_eq!(
+        body["error"]["message"],
+        "Tool name 'calculator' is declared twice: by tools[0] (tool server 'builtin') and by tools[1] (function). A tool can never be shadowed; rename one of them."
+    );
+    for (tools, param, fragment) in [
+        (
+            json!([{"type": "mcp", "server_label": "nowhere"}]),
+            "tools[0].server_label",
+            "Unknown tool server 'nowhere'",
+        ),
+        (
+            json!([builtin(), builtin()]),
+            "tools[1].server_label",
+            "enabled twice",
+        ),
+        (
+            json!([{"type": "mcp", "server_label": "builtin", "allowed_tools": ["rm_rf"]}]),
+            "tools[0].allowed_tools",
+            "has no tool 'rm_rf'",
+        ),
+        (
+            json!([{"type": "function", "name": "f", "parameters": {"type": "nonsense"}}]),
+            "tools[0].parameters",
+            "Invalid schema for function 'f'",
+        ),
+        (
+            json!([{"type": "function", "name": "bad name"}]),
+            "tools[0].name",
+            "Expected a name",
+        ),
+        (
+            json!([{"type": "web_search"}]),
+            "tools[0].type",
+            "not supported",
+        ),
+        (
+            json!([{"type": "mcp", "server_label": "x", "server_url": "https://example.com/mcp"}]),
+            "tools[0].server_url",
+            "not supported",
+        ),
+    ] {
+        let (status, body) = app.post("/v1/responses", &run_with(tools.clone())).await;
+        assert_eq!(status, 400, "{tools}");
+        assert_eq!(body["error"]["param"], param, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(fragment),
+            "{body}"
+        );
+    }
+    assert!(app.llm.requests().is_empty());
+}
+
+#[tokio::test]
+async fn allowed_tools_limits_what_the_model_sees_and_blocks_what_it_attempts() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call("c1", "current_time", "{}"));
+    app.llm.push(Turn::text("ok"));
+    let sse = app
+        .stream(&run_with(
+            json!([{"type": "mcp", "server_label": "builtin", "allowed_tools": ["calculator"]}]),
+        ))
+        .await;
+    let requests = app.llm.requests();
+    let shown: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, ["calculator"]);
+    let call = done_items(&sse)
+        .into_iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap();
+    assert_eq!(call["status"], "failed");
+    assert_eq!(
+        call["error"]["content"],
+        "The tool 'current_time' is not available in this request; use one of the tools you were given."
+    );
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+}
+
+#[tokio::test]
+async fn tool_choice_forms_shape_the_upstream_request() {
+    let app = spawn_app().await;
+    let cases = [
+        (json!("none"), Value::Null, 0),
+        (json!("required"), json!("required"), 3),
+        (
+            json!({"type": "mcp", "server_label": "builtin", "name": "calculator"}),
+            json!({"type": "function", "function": {"name": "calculator"}}),
+            1,
+        ),
+        (
+            json!({"type": "allowed_tools", "mode": "required", "tools": [{"type": "mcp", "server_label": "builtin", "name": "current_time"}]}),
+            json!("required"),
+            1,
+        ),
+    ];
+    for (choice, sent, tools) in cases {
+        let mut body = run_with(json!([builtin()]));
+        body["tool_choice"] = choice.clone();
+        let (status, reply) = app.post("/v1/responses", &body).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["tool_choice"], choice, "echoed as given");
+        let request = app.llm.requests().pop().unwrap();
+        assert_eq!(
+            request.get("tool_choice").cloned().unwrap_or(Value::Null),
+            sent,
+            "{choice}"
+        );
+        assert_eq!(
+            request
+                .get("tools")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len),
+            tools,
+            "{choice}"
+        );
+    }
+    let mut body = run_with(json!([builtin()]));
+    body["tool_choice"] = json!({"type": "function", "name": "missing"});
+    let (status, reply) = app.post("/v1/responses", &body).await;
+    assert_eq!(status, 400);
+    assert_eq!(reply["error"]["param"], "tool_choice.name");
+}
+
+#[tokio::test]
+async fn max_turns_ends_a_run_that_keeps_calling_tools_incomplete() {
+    let app = spawn_app_with(|c| c.tools.max_turns = 2).await;
+    for n in 0..3 {
+        app.llm.push(Turn::tool_call(
+            &format!("c{n}"),
+            "calculator",
+            r#"{"expression": "1"}"#,
+        ));
+    }
+    let sse = app.stream(&run_with(json!([builtin()]))).await;
+    assert_eq!(sse.last().event, "response.incomplete");
+    assert_eq!(
+        sse.last().data["response"]["incomplete_details"],
+        json!({"reason": "max_turns"})
+    );
+    assert_eq!(app.llm.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn max_tool_calls_and_parallel_tool_calls_refuse_extra_calls() {
+    let app = spawn_app().await;
+    let two = || {
+        Turn::tool_calls(&[
+            ("c1", "calculator", r#"{"expression": "1"}"#),
+            ("c2", "calculator", r#"{"expression": "2"}"#),
+        ])
+    };
+    for (limit, expected) in [
+        (
+            json!({"max_tool_calls": 1}),
+            "The limit of 1 tool calls for this response is reached; this call was not executed.",
+        ),
+        (
+            json!({"parallel_tool_calls": false}),
+            "Only one tool call per turn is allowed (parallel_tool_calls is false); this call was not executed. Call it again on its own.",
+        ),
+    ] {
+        app.llm.push(two());
+        app.llm.push(Turn::text("fine"));
+        let mut body = run_with(json!([builtin()]));
+        for (k, v) in limit.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let sse = app.stream(&body).await;
+        let calls: Vec<Value> = done_items(&sse)
+            .into_iter()
+            .filter(|i| i["type"] == "mcp_call")
+            .collect();
+        assert_eq!(calls[0]["output"], "1", "{limit}");
+        assert_eq!(calls[1]["error"]["content"], expected, "{limit}");
+        assert_eq!(sse.last().data["response"]["status"], "completed");
+    }
+    assert_eq!(app.llm.requests()[2]["parallel_tool_calls"], false);
+}
+
+#[tokio::test]
+async fn an_http_tool_server_answers_fails_and_times_out_as_tool_results() {
+    let endpoint = tool_endpoint().await;
+    let app = spawn_app_with(|c| {
+        with_server(
+            c,
+            "weather",
+            vec![
+                http_tool("get_weather", format!("{endpoint}/json"), None),
+                http_tool("broken", format!("{endpoint}/fail"), None),
+                http_tool("slow", format!("{endpoint}/sleep"), Some(200)),
+            ],
+        )
+    })
+    .await;
+    app.llm.push(Turn::tool_calls(&[
+        ("c1", "get_weather", r#"{"city": "Paris"}"#),
+        ("c2", "broken", "{}"),
+        ("c3", "slow", r#"{"ms": 2000}"#),
+    ]));
+    app.llm.push(Turn::text("done"));
+    let sse = app
+        .stream(&run_with(
+            json!([{"type": "mcp", "server_label": "weather"}]),
+        ))
+        .await;
+    let calls: Vec<Value> = done_items(&sse)
+        .into_iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .collect();
+    let by_name = |name: &str| calls.iter().find(|c| c["name"] == name).unwrap().clone();
+    let weather = by_name("get_weather");
+    assert_eq!(weather["status"], "completed");
+    assert_eq!(
+        serde_json::from_str::<Value>(weather["output"].as_str().unwrap()).unwrap(),
+        json!({"temperature": 21, "city": "Paris"})
+    );
+    assert_eq!(weather["data"], json!({"temperature": 21, "city": "Paris"}));
+    let broken = by_name("broken");
+    assert_eq!(
+        broken["error"],
+        json!({"type": "http_error", "code": 500, "message": "The tool server answered 500: backend exploded"})
+    );
+    assert_eq!(
+        by_name("slow")["error"]["content"],
+        "The tool 'slow' did not finish within 200 ms."
+    );
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+}
+
+#[tokio::test]
+async fn fetch_url_refuses_a_loopback_address_by_default() {
+    let endpoint = tool_endpoint().await;
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "c1",
+        "fetch_url",
+        &json!({"url": format!("{endpoint}/json")}).to_string(),
+    ));
+    app.llm.push(Turn::text("cannot"));
+    let sse = app.stream(&run_with(json!([builtin()]))).await;
+    let call = done_items(&sse)
+        .into_iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap();
+    assert_eq!(call["status"], "failed");
+    let message = call["error"]["content"].as_str().unwrap();
+    assert!(
+        message.contains("is private, loopback or link-local; fetching it is not allowed"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_tool_fails_the_run_when_the_policy_says_so() {
+    let app = spawn_app_with(|c| c.tools.on_error = ToolErrorPolicy::Fail).await;
+    app.llm.push(Turn::tool_call(
+        "c1",
+        "calculator",
+        r#"{"expression": "1/0"}"#,
+    ));
+    let sse = app.stream(&run_with(json!([builtin()]))).await;
+    assert_eq!(sse.last().event, "response.failed");
+    let n = sse.events.len();
+    assert_eq!(sse.events[n - 2].data["code"], "tool_error");
+    assert_eq!(
+        sse.events[n - 2].data["message"],
+        "The tool 'calculator' failed: Division by zero."
+    );
+}
+
+#[tokio::test]
+async fn a_server_is_listed_only_the_first_time_it_is_used_in_a_chain() {
+    let app = spawn_app().await;
+    let (_, first) = app
+        .post("/v1/responses", &run_with(json!([builtin()])))
+        .await;
+    assert_eq!(first["output"][0]["type"], "mcp_list_tools");
+    let mut body = run_with(json!([builtin()]));
+    body["previous_response_id"] = first["id"].clone();
+    let (_, second) = app.post("/v1/responses", &body).await;
+    assert_eq!(second["output"][0]["type"], "message");
+    assert!(
+        app.llm.requests()[1]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["role"] != "tool")
+    );
+}
+
+#[tokio::test]
+async fn a_client_function_call_streams_live_and_the_run_ends_for_the_client_to_answer() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "call_w",
+        "get_weather",
+        r#"{"city": "Paris"}"#,
+    ));
+    let function = json!({"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    let sse = app.stream(&run_with(json!([function]))).await;
+    assert_eq!(
+        sse.types(),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let added = &sse.events[2].data["item"];
+    assert_eq!(added["type"], "function_call");
+    assert_eq!(added["arguments"], "");
+    assert_eq!(added["status"], "in_progress");
+    assert_eq!(sse.events[5].data["name"], "get_weather");
+    assert_eq!(sse.events[5].data["arguments"], r#"{"city": "Paris"}"#);
+    assert_eq!(sse.events[5].data["item_id"], added["id"]);
+    let response = &sse.last().data["response"];
+    assert_eq!(response["output"][0]["call_id"], "call_w");
+
+    // The standard continuation: the client's output reaches the model after the call.
+    app.llm.push(Turn::text("Sunny"));
+    let (status, next) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "previous_response_id": response["id"],
+        "input": [{"type": "function_call_output", "call_id": "call_w", "output": "sunny, 24C"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{next}");
+    assert_eq!(
+        app.llm.requests()[1]["messages"],
+        json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_w", "content": "sunny, 24C"},
+        ])
+    );
+}
