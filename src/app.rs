@@ -63,6 +63,8 @@ impl Application {
             instance_id: uuid::Uuid::now_v7().simple().to_string(),
             lease_ttl: LEASE_TTL,
             tools: config.tools.clone(),
+            requires_action_ttl: Duration::from_millis(config.runs.requires_action_ttl_ms),
+            sweep_interval: Duration::from_millis(config.runs.sweep_interval_ms.max(10)),
         };
         let engine = Engine::new(store.clone(), hub, models, registry, settings);
         // One process owns an SQLite file, so whatever it finds unfinished was abandoned.

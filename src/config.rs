@@ -140,6 +140,10 @@ pub struct ProviderConfig {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct RunsConfig {
     pub event_batch_max: usize,
+    /// How long a run waits in `requires_action` for the client before it expires.
+    pub requires_action_ttl_ms: u64,
+    /// How often leases are renewed and overdue or abandoned runs swept.
+    pub sweep_interval_ms: u64,
 }
 
 /// A secret value: shown as `***` by `Debug` and `Serialize`.

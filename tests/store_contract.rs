@@ -9,7 +9,9 @@ use serde_json::json;
 use switchyard::protocol::ids;
 use switchyard::protocol::items::{ContentPart, Item, Message, Role};
 use switchyard::protocol::response::{ResponseObject, ResponseStatus};
-use switchyard::store::{self, EventRecord, ItemPage, NewRun, RunState, RunStore, StoreError};
+use switchyard::store::{
+    self, EventRecord, ItemPage, NewRun, RunState, RunStore, RunUpdate, StoreError,
+};
 use tempfile::TempDir;
 
 struct Backend {
@@ -72,6 +74,18 @@ fn new_run(id: &str, items: usize, owner: &str, lease_expires_at: i64) -> NewRun
     }
 }
 
+fn update<'a>(body: &'a ResponseObject, transcript: &'a [Item], now_ms: i64) -> RunUpdate<'a> {
+    RunUpdate {
+        body,
+        transcript,
+        lease_owner: None,
+        lease_expires_at: None,
+        expires_at: None,
+        append_input: &[],
+        now_ms,
+    }
+}
+
 fn event(id: &str, n: u64) -> EventRecord {
     EventRecord {
         response_id: Arc::from(id),
@@ -127,9 +141,7 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
                 &id,
                 RunState::InProgress,
                 RunState::Completed,
-                &done,
-                &[message("seen")],
-                2_000,
+                &update(&done, &[message("seen")], 2_000),
             )
             .await
             .unwrap();
@@ -148,9 +160,7 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
                 &id,
                 RunState::InProgress,
                 RunState::Failed,
-                &done,
-                &[],
-                3_000,
+                &update(&done, &[], 3_000),
             )
             .await;
         assert!(
@@ -168,9 +178,7 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
                 "resp_none",
                 RunState::InProgress,
                 RunState::Failed,
-                &done,
-                &[],
-                3_000,
+                &update(&done, &[], 3_000),
             )
             .await;
         assert!(matches!(missing, Err(StoreError::NotFound)));
@@ -192,7 +200,7 @@ async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
                     RunState::Cancelled
                 };
                 store
-                    .transition(&id, RunState::InProgress, to, &body(&id), &[], 1)
+                    .transition(&id, RunState::InProgress, to, &update(&body(&id), &[], 1))
                     .await
             })
         });
@@ -351,9 +359,7 @@ async fn leases_are_renewed_by_their_owner_and_expired_ones_are_found() {
                 &finished,
                 RunState::InProgress,
                 RunState::Completed,
-                &body(&finished),
-                &[],
-                1,
+                &update(&body(&finished), &[], 1),
             )
             .await
             .unwrap();
@@ -400,5 +406,82 @@ async fn leases_are_renewed_by_their_owner_and_expired_ones_are_found() {
             .map(|r| r.body.id)
             .collect();
         assert!(!stale.contains(&dead), "a lease still valid is not stale");
+    }
+}
+
+#[tokio::test]
+async fn a_transition_can_append_input_items_and_set_an_expiry_atomically() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
+        let paused = body(&id);
+        let mut pause = update(&paused, &[], 100);
+        pause.expires_at = Some(5_000);
+        b.store
+            .transition(&id, RunState::InProgress, RunState::RequiresAction, &pause)
+            .await
+            .unwrap();
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.expires_at, Some(5_000));
+        assert_eq!(stored.lease_owner, None, "a paused run is held by nobody");
+
+        let overdue: Vec<String> = b
+            .store
+            .expired_runs(6_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.body.id)
+            .collect();
+        assert!(overdue.contains(&id));
+        let early: Vec<String> = b
+            .store
+            .expired_runs(4_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.body.id)
+            .collect();
+        assert!(!early.contains(&id));
+
+        let outputs = vec![message("output 1"), message("output 2")];
+        let mut resume = update(&paused, &[], 200);
+        resume.append_input = &outputs;
+        resume.lease_owner = Some("b");
+        resume.lease_expires_at = Some(9_000);
+        b.store
+            .transition(&id, RunState::RequiresAction, RunState::InProgress, &resume)
+            .await
+            .unwrap();
+        let items = b
+            .store
+            .input_items(store::DEFAULT_TENANT, &id)
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 4);
+        assert_eq!(items[2..], outputs[..], "appended after the original input");
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.lease_owner.as_deref(), Some("b"));
+        assert_eq!(stored.expires_at, None);
+
+        // A lost compare-and-set appends nothing.
+        let again = b
+            .store
+            .transition(&id, RunState::RequiresAction, RunState::InProgress, &resume)
+            .await;
+        assert!(matches!(
+            again,
+            Err(StoreError::Conflict {
+                actual: RunState::InProgress
+            })
+        ));
+        assert_eq!(
+            b.store
+                .input_items(store::DEFAULT_TENANT, &id)
+                .await
+                .unwrap()
+                .len(),
+            4
+        );
     }
 }

@@ -36,6 +36,14 @@ pub fn router(state: AppState) -> Router {
             "/v1/responses/{id}/input_items",
             get(responses::input_items),
         )
+        .route(
+            "/v1/responses/{id}/submit_tool_outputs",
+            axum::routing::post(responses::submit_tool_outputs),
+        )
+        .route(
+            "/v1/responses/{id}/cancel",
+            axum::routing::post(responses::cancel),
+        )
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -8,11 +8,14 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::extract::{ApiJson, ApiQuery};
 use super::sse;
+use crate::engine::StartedRun;
 use crate::error::ApiError;
 use crate::llm::LlmError;
 use crate::protocol::items::Item;
-use crate::protocol::request::{CreateResponse, ListInputItems, RetrieveResponse};
-use crate::protocol::response::{Deleted, List};
+use crate::protocol::request::{
+    CreateResponse, ListInputItems, RetrieveResponse, SubmitToolOutputs,
+};
+use crate::protocol::response::{Deleted, List, ResponseObject};
 use crate::store::{DEFAULT_TENANT, ItemPage};
 
 /// `POST /v1/responses`
@@ -21,6 +24,32 @@ pub async fn create(
     ApiJson(request): ApiJson<CreateResponse>,
 ) -> Result<Response, ApiError> {
     let started = state.engine.create(DEFAULT_TENANT, request).await?;
+    reply(&state, started).await
+}
+
+/// `POST /v1/responses/{id}/submit_tool_outputs`
+pub async fn submit_tool_outputs(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(submission): ApiJson<SubmitToolOutputs>,
+) -> Result<Response, ApiError> {
+    let started = state
+        .engine
+        .submit_tool_outputs(DEFAULT_TENANT, &id, submission)
+        .await?;
+    reply(&state, started).await
+}
+
+/// `POST /v1/responses/{id}/cancel`
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<ResponseObject>, ApiError> {
+    Ok(Json(state.engine.cancel(DEFAULT_TENANT, &id).await?))
+}
+
+/// The stream of a started run, or its response object once it stops (or pauses again).
+async fn reply(state: &AppState, started: StartedRun) -> Result<Response, ApiError> {
     if let Some(events) = started.events {
         return Ok(sse::response(events, state.heartbeat));
     }

@@ -5,18 +5,21 @@
 pub mod emitter;
 mod executor;
 pub mod hub;
+mod pause;
 mod run;
 pub mod state;
 mod toolset;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use std::panic::AssertUnwindSafe;
 
 use futures_util::{FutureExt, Stream};
 use serde_json::{Map, Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -27,7 +30,9 @@ use crate::protocol::items::{Item, ItemStatus};
 use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{ResponseError, ResponseObject, ResponseStatus};
 use crate::protocol::tools::{parse_tool_choice, parse_tools};
-use crate::store::{EventRecord, ItemPage, NewRun, RunState, RunStore, StoreError, StoredRun};
+use crate::store::{
+    EventRecord, ItemPage, NewRun, RunState, RunStore, RunUpdate, StoreError, StoredRun,
+};
 use crate::tools::registry::ToolRegistry;
 use emitter::EventEmitter;
 use hub::EventHub;
@@ -90,6 +95,10 @@ pub struct EngineSettings {
     pub lease_ttl: Duration,
     /// Tool execution limits and policies.
     pub tools: ToolsConfig,
+    /// How long a run waits in `requires_action` before it expires.
+    pub requires_action_ttl: Duration,
+    /// How often leases are renewed and overdue runs swept.
+    pub sweep_interval: Duration,
 }
 
 #[derive(Clone)]
@@ -110,6 +119,15 @@ struct Inner {
     /// Cancelled at the very end: background maintenance stops.
     stop_maintenance: CancellationToken,
     maintenance: TaskTracker,
+    /// Runs executing in this process, for cancel.
+    live: std::sync::Mutex<HashMap<String, LiveRun>>,
+}
+
+/// A run executing here: how to cancel it and how to see that it stopped.
+struct LiveRun {
+    cancelled: Arc<AtomicBool>,
+    stop: CancellationToken,
+    stopped: watch::Receiver<bool>,
 }
 
 impl Engine {
@@ -131,6 +149,7 @@ impl Engine {
                 stop_runs: CancellationToken::new(),
                 stop_maintenance: CancellationToken::new(),
                 maintenance: TaskTracker::new(),
+                live: std::sync::Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -154,6 +173,66 @@ impl Engine {
             return Err(EngineError::ShuttingDown);
         }
         request.validate()?;
+        let input = request.input_items()?;
+        if input.is_empty() && request.previous_response_id.is_none() {
+            return Err(FieldError::new("input", "Missing required parameter: 'input'.").into());
+        }
+        let (history, previous) = match &request.previous_response_id {
+            Some(previous) => {
+                let (history, run) = self.chain(tenant_id, previous).await?;
+                (history, Some(run))
+            }
+            None => (Vec::new(), None),
+        };
+        let prepared = self.prepare(&request, &history, &input)?;
+        pause::check_outputs_match_calls(&history, &input)?;
+        if let Some(previous) = previous
+            && previous.state == RunState::RequiresAction
+        {
+            // The standard continuation answers the paused run's calls (SPEC §9).
+            self.complete_by_continuation(previous, &input).await?;
+        }
+
+        let id = ids::new(ids::RESPONSE);
+        let body = initial_body(&id, &prepared.model, &request);
+        let now = now_ms();
+        let run = NewRun {
+            tenant_id: tenant_id.to_string(),
+            state: RunState::InProgress,
+            body: body.clone(),
+            input_items: input.clone(),
+            lease_owner: Some(self.inner.settings.instance_id.clone()),
+            lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
+            now_ms: now,
+        };
+        let response_id: Arc<str> = Arc::from(id.as_str());
+        self.inner.hub.open(&response_id);
+        if let Err(e) = self.inner.store.insert_run(&run).await {
+            self.inner.hub.close(response_id).await;
+            return Err(e.into());
+        }
+        let mut context = history;
+        context.extend(input);
+        let launch = Launch {
+            tenant_id: tenant_id.to_string(),
+            body,
+            context,
+            transcript: Vec::new(),
+            next_sequence: 0,
+            resumed: false,
+            stream: request.stream == Some(true),
+        };
+        Ok(self.launch(prepared, launch))
+    }
+
+    /// Everything a run needs from its request: the model's client, the resolved tools, the
+    /// per-turn model request and the limits. Shared by new and resumed runs.
+    fn prepare(
+        &self,
+        request: &CreateResponse,
+        history: &[Item],
+        input: &[Item],
+    ) -> Result<Prepared, EngineError> {
         let model = match request.model.as_deref() {
             Some(model) if !model.is_empty() => model.to_string(),
             _ => {
@@ -171,10 +250,6 @@ impl Engine {
                 Some("model_not_found"),
             ));
         };
-        let input = request.input_items()?;
-        if input.is_empty() && request.previous_response_id.is_none() {
-            return Err(FieldError::new("input", "Missing required parameter: 'input'.").into());
-        }
         let declarations = parse_tools(request.tools.as_deref().unwrap_or_default())?;
         let choice = request
             .tool_choice
@@ -182,46 +257,18 @@ impl Engine {
             .map(parse_tool_choice)
             .transpose()?;
         let tools = ToolSet::resolve(&self.inner.registry, &declarations, choice.as_ref())?;
-        let history = match &request.previous_response_id {
-            Some(previous) => self.chain(tenant_id, previous).await?,
-            None => Vec::new(),
-        };
         // A tool server is announced the first time it is used in a chain.
         let listings = tools
             .listings
             .iter()
             .filter(|(label, _)| {
-                !history.iter().chain(&input).any(|item| {
+                !history.iter().chain(input).any(|item| {
                     matches!(item, Item::McpListTools(listing) if &listing.server_label == label)
                 })
             })
             .cloned()
             .collect();
-
-        let id = ids::new(ids::RESPONSE);
-        let body = initial_body(&id, &model, &request);
-        let now = now_ms();
-        let run = NewRun {
-            tenant_id: tenant_id.to_string(),
-            state: RunState::InProgress,
-            body: body.clone(),
-            input_items: input.clone(),
-            lease_owner: Some(self.inner.settings.instance_id.clone()),
-            lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
-            now_ms: now,
-        };
-        let response_id: Arc<str> = Arc::from(id.as_str());
-        self.inner.hub.open(&response_id);
-        if let Err(e) = self.inner.store.insert_run(&run).await {
-            self.inner.hub.close(response_id).await;
-            return Err(e.into());
-        }
-        let events = (request.stream == Some(true))
-            .then(|| Box::pin(self.inner.hub.follow(response_id.clone(), None)) as EventStream);
-        let (done, outcome) = oneshot::channel();
-        let mut context = history;
-        context.extend(input);
-        let mut model_request = run::model_request(&model, &request);
+        let mut model_request = run::model_request(&model, request);
         model_request.tools = tools.specs();
         if !model_request.tools.is_empty() {
             model_request.tool_choice = tools.choice.clone();
@@ -232,32 +279,72 @@ impl Engine {
             on_error: self.inner.settings.tools.on_error,
             max_tool_calls: request.max_tool_calls,
             parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+            pause_ttl: self.inner.settings.requires_action_ttl,
         };
+        Ok(Prepared {
+            model,
+            client,
+            tools,
+            listings,
+            model_request,
+            limits,
+        })
+    }
+
+    /// Starts a run's task; the run is already stored as `in_progress` under this instance.
+    fn launch(&self, prepared: Prepared, launch: Launch) -> StartedRun {
+        let id = launch.body.id.clone();
+        let response_id: Arc<str> = Arc::from(id.as_str());
+        self.inner.hub.open(&response_id);
+        let events = launch.stream.then(|| {
+            let after = launch.next_sequence.checked_sub(1);
+            Box::pin(self.inner.hub.follow(response_id.clone(), after)) as EventStream
+        });
+        let (done, outcome) = oneshot::channel();
+        let stop = self.inner.stop_runs.child_token();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (stopped_tx, stopped) = watch::channel(false);
+        self.live().insert(
+            id.clone(),
+            LiveRun {
+                cancelled: cancelled.clone(),
+                stop: stop.clone(),
+                stopped,
+            },
+        );
+        let tool_calls_used = launch
+            .transcript
+            .iter()
+            .filter(|item| matches!(item, Item::McpCall(_)))
+            .count() as u64;
         let task = run::RunTask {
             store: self.inner.store.clone(),
             hub: self.inner.hub.clone(),
             emitter: EventEmitter::new(
                 self.inner.hub.clone(),
                 response_id.clone(),
-                Arc::from(tenant_id),
-                0,
+                Arc::from(launch.tenant_id.as_str()),
+                launch.next_sequence,
             ),
-            client,
-            request: model_request,
-            context,
-            body,
-            transcript: Vec::new(),
-            tools,
-            listings,
-            limits,
-            tenant_id: tenant_id.to_string(),
-            stop: self.inner.stop_runs.child_token(),
+            client: prepared.client,
+            request: prepared.model_request,
+            context: launch.context,
+            usage: launch.body.usage.clone().unwrap_or_default(),
+            body: launch.body,
+            transcript: launch.transcript,
+            tools: prepared.tools,
+            listings: prepared.listings,
+            limits: prepared.limits,
+            tenant_id: launch.tenant_id.clone(),
+            stop,
             done: Some(done),
-            usage: Default::default(),
-            tool_calls_used: 0,
+            tool_calls_used,
+            cancelled,
+            resumed: launch.resumed,
+            pending: Vec::new(),
         };
         let engine = self.clone();
-        let tenant = tenant_id.to_string();
+        let tenant = launch.tenant_id;
         self.inner.runs.spawn(async move {
             // A bug must not leave the run in progress for ever: fail it and close its log.
             if AssertUnwindSafe(task.execute())
@@ -273,19 +360,29 @@ impl Engine {
                         .abandon(run, "The run stopped because of an internal error.")
                         .await;
                 }
-                engine.inner.hub.close(response_id).await;
+                engine.inner.hub.close(response_id.clone()).await;
             }
+            engine.live().remove(&*response_id);
+            let _ = stopped_tx.send(true);
         });
-        Ok(StartedRun {
+        StartedRun {
             id,
             events,
             outcome,
-        })
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
+        self.inner.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The model context a continuation inherits: every earlier input and output along the
     /// chain, oldest first. Instructions are not inherited (SPEC §9).
-    async fn chain(&self, tenant_id: &str, previous: &str) -> Result<Vec<Item>, EngineError> {
+    async fn chain(
+        &self,
+        tenant_id: &str,
+        previous: &str,
+    ) -> Result<(Vec<Item>, StoredRun), EngineError> {
         let not_found = || {
             EngineError::Invalid(
                 FieldError::new(
@@ -308,6 +405,7 @@ impl Engine {
             .into());
         }
         let mut segments: Vec<Vec<Item>> = Vec::new();
+        let previous_run = first.clone();
         let mut current = Some(first);
         while let Some(run) = current.take() {
             if segments.len() >= MAX_CHAIN_DEPTH {
@@ -339,7 +437,7 @@ impl Engine {
                 };
             }
         }
-        Ok(segments.into_iter().rev().flatten().collect())
+        Ok((segments.into_iter().rev().flatten().collect(), previous_run))
     }
 
     pub async fn get(&self, tenant_id: &str, id: &str) -> Result<ResponseObject, EngineError> {
@@ -428,15 +526,17 @@ impl Engine {
             message: message.into(),
         });
         let store = &self.inner.store;
+        let update = RunUpdate {
+            body: &body,
+            transcript: &run.transcript,
+            lease_owner: None,
+            lease_expires_at: None,
+            expires_at: None,
+            append_input: &[],
+            now_ms: now_ms(),
+        };
         if let Err(e) = store
-            .transition(
-                &id,
-                run.state,
-                RunState::Failed,
-                &body,
-                &run.transcript,
-                now_ms(),
-            )
+            .transition(&id, run.state, RunState::Failed, &update)
             .await
         {
             // Another instance got there first, or the run moved on: nothing to do.
@@ -474,7 +574,7 @@ impl Engine {
     /// Starts lease renewal and the sweep for runs abandoned by other instances.
     pub fn start_maintenance(&self) {
         let engine = self.clone();
-        let period = self.inner.settings.lease_ttl / 3;
+        let period = self.inner.settings.sweep_interval;
         let stop = self.inner.stop_maintenance.clone();
         self.inner.maintenance.spawn(async move {
             let mut tick = tokio::time::interval(period);
@@ -496,6 +596,9 @@ impl Engine {
                 }
                 if let Err(e) = engine.recover_abandoned(false).await {
                     tracing::warn!(error = %e, "sweep for abandoned runs failed");
+                }
+                if let Err(e) = engine.expire_overdue().await {
+                    tracing::warn!(error = %e, "sweep for expired runs failed");
                 }
             }
         });
@@ -610,4 +713,26 @@ fn initial_body(id: &str, model: &str, request: &CreateResponse) -> ResponseObje
         usage: None,
         required_action: None,
     }
+}
+
+/// What `prepare` resolves from a request.
+struct Prepared {
+    model: String,
+    client: Arc<dyn crate::llm::LlmClient>,
+    tools: ToolSet,
+    listings: Vec<(String, Vec<crate::protocol::items::McpToolInfo>)>,
+    model_request: crate::llm::ModelRequest,
+    limits: run::RunLimits,
+}
+
+/// Where a run starts from: new, or resumed from the database.
+struct Launch {
+    tenant_id: String,
+    body: ResponseObject,
+    /// The chain's history and this run's input items.
+    context: Vec<Item>,
+    transcript: Vec<Item>,
+    next_sequence: u64,
+    resumed: bool,
+    stream: bool,
 }

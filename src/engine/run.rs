@@ -4,9 +4,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::StreamExt;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -14,21 +15,21 @@ use super::emitter::EventEmitter;
 use super::executor::{CallEvent, ServerCall, TurnCalls};
 use super::hub::EventHub;
 use super::state::transition_allowed;
-use super::toolset::{Executor, ToolSet};
+use super::toolset::{ClientKind, Executor, ToolSet};
 use super::{RunOutcome, close_incomplete, now_ms};
 use crate::config::ToolErrorPolicy;
 use crate::llm::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest};
 use crate::protocol::events::{ErrorDetail, Event};
 use crate::protocol::ids;
 use crate::protocol::items::{
-    ContentPart, FunctionCall, Item, ItemStatus, McpCall, McpListTools, McpToolInfo, Message,
-    OutputText, Role,
+    ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall, McpCall,
+    McpListTools, McpToolInfo, Message, OutputText, Role, ShellAction,
 };
 use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{
     IncompleteDetails, ResponseError, ResponseObject, ResponseStatus, Usage,
 };
-use crate::store::{RunState, RunStore};
+use crate::store::{RunState, RunStore, RunUpdate};
 use crate::tools::{ToolContext, ToolErrorKind, ToolResult};
 
 /// The model parameters a run uses on every turn (tools are added from its tool set).
@@ -75,9 +76,13 @@ pub(super) fn error_event(code: &str, message: &str) -> Event {
     }
 }
 
-/// How a run stops.
+/// How a run stops (or pauses).
 enum Ending {
     Completed,
+    /// The client must answer the pending calls.
+    RequiresAction,
+    /// The client cancelled the run.
+    Cancelled,
     Incomplete(&'static str),
     Failed {
         code: &'static str,
@@ -94,6 +99,8 @@ pub(super) struct RunLimits {
     pub on_error: ToolErrorPolicy,
     pub max_tool_calls: Option<u64>,
     pub parallel_tool_calls: bool,
+    /// How long a paused run waits for the client.
+    pub pause_ttl: std::time::Duration,
 }
 
 pub(super) struct RunTask {
@@ -116,6 +123,12 @@ pub(super) struct RunTask {
     pub done: Option<oneshot::Sender<RunOutcome>>,
     pub usage: Usage,
     pub tool_calls_used: u64,
+    /// Set when the client cancelled (then `stop` is cancelled too).
+    pub cancelled: Arc<AtomicBool>,
+    /// Continuing after a pause: the log goes on from `response.in_progress`.
+    pub resumed: bool,
+    /// The client calls this run waits for, as `required_action` lists them.
+    pub pending: Vec<Value>,
 }
 
 /// The assistant message being streamed.
@@ -153,12 +166,14 @@ impl RunTask {
     pub async fn execute(mut self) {
         let id = self.body.id.clone();
         let started = std::time::Instant::now();
-        tracing::info!(response_id = %id, model = %self.body.model, "run started");
-        self.emitter
-            .emit(Event::Created {
-                response: Box::new(self.body.clone()),
-            })
-            .await;
+        tracing::info!(response_id = %id, model = %self.body.model, resumed = self.resumed, "run started");
+        if !self.resumed {
+            self.emitter
+                .emit(Event::Created {
+                    response: Box::new(self.body.clone()),
+                })
+                .await;
+        }
         self.emitter
             .emit(Event::InProgress {
                 response: Box::new(self.body.clone()),
@@ -225,8 +240,8 @@ impl RunTask {
                 _ => {}
             }
             if turn_result.client_calls > 0 {
-                // The client executes its calls and continues the conversation.
-                return Ending::Completed;
+                // The client executes its calls; the run waits for their outputs.
+                return Ending::RequiresAction;
             }
             if let Some(direct) = presented
                 .iter()
@@ -258,7 +273,7 @@ impl RunTask {
         request.items.extend(self.transcript.iter().cloned());
 
         let stream = tokio::select! {
-            _ = self.stop.cancelled() => return Err(shutdown_ending()),
+            _ = self.stop.cancelled() => return Err(self.stop_ending()),
             started = self.client.stream(&request) => started,
         };
         let mut stream = match stream {
@@ -276,7 +291,11 @@ impl RunTask {
             let next = tokio::select! {
                 _ = self.stop.cancelled() => {
                     self.close_message(open.take(), ItemStatus::Incomplete).await;
-                    return Err(shutdown_ending());
+                    if let Some((output_index, _)) = current.as_ref().and_then(|c| c.live.clone()) {
+                        self.close_function_call(current.take(), output_index, ItemStatus::Incomplete)
+                            .await;
+                    }
+                    return Err(self.stop_ending());
                 }
                 next = stream.next() => next,
             };
@@ -360,10 +379,24 @@ impl RunTask {
         self.limits.parallel_tool_calls || turn.client_calls + turn.calls.calls.len() == 0
     }
 
-    fn is_client_call(&self, name: &str) -> bool {
-        self.tools
-            .get(name)
-            .is_some_and(|entry| entry.callable && matches!(entry.executor, Executor::Client))
+    /// The item type of a callable client tool.
+    fn client_kind(&self, name: &str) -> Option<ClientKind> {
+        match self.tools.get(name) {
+            Some(entry) if entry.callable => match entry.executor {
+                Executor::Client(kind) => Some(kind),
+                Executor::Server(_) => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Why a run stopped early: the client's cancel, or the service shutting down.
+    fn stop_ending(&self) -> Ending {
+        if self.cancelled.load(Ordering::SeqCst) {
+            Ending::Cancelled
+        } else {
+            shutdown_ending()
+        }
     }
 
     /// Adds a piece of a call; a client call opens its `function_call` item once its name is
@@ -392,7 +425,11 @@ impl RunTask {
             }
             return;
         }
-        if call.name.is_empty() || !self.is_client_call(&call.name) || !self.accepts_call(turn) {
+        // Function calls stream live; custom and shell calls appear once complete.
+        if call.name.is_empty()
+            || self.client_kind(&call.name) != Some(ClientKind::Function)
+            || !self.accepts_call(turn)
+        {
             return;
         }
         let item_id = ids::new(ids::FUNCTION_CALL);
@@ -427,6 +464,27 @@ impl RunTask {
                 .await;
             turn.client_calls += 1;
             return;
+        }
+        if let Some(kind) = self.client_kind(&call.name)
+            && kind != ClientKind::Function
+            && self.accepts_call(turn)
+        {
+            match self.client_item(kind, &call).await {
+                Ok(()) => {
+                    turn.client_calls += 1;
+                    return;
+                }
+                Err(reason) => {
+                    let refused = ServerCall {
+                        name: call.name.clone(),
+                        server_label: "switchyard".into(),
+                        arguments: call.arguments.clone(),
+                        options: Default::default(),
+                    };
+                    turn.calls.refuse(refused, reason);
+                    return;
+                }
+            }
         }
         let entry = self.tools.get(&call.name).cloned();
         let server_label = entry
@@ -504,6 +562,9 @@ impl RunTask {
         });
         self.body.output[output_index] = item.clone();
         if status == ItemStatus::Completed {
+            self.pending
+                .push(json!({"id": item_call_id(&item), "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments}}));
             self.emitter
                 .emit(Event::FunctionCallArgumentsDone {
                     item_id,
@@ -520,6 +581,84 @@ impl RunTask {
             })
             .await;
         self.transcript.push(item);
+    }
+
+    /// Emits the whole item of a complete custom or shell call, and records it as pending.
+    async fn client_item(&mut self, kind: ClientKind, call: &PendingCall) -> Result<(), String> {
+        let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+        let output_index = self.body.output.len();
+        let (item, input) = match kind {
+            ClientKind::Custom => {
+                // The model was shown one string argument `input`; anything else is the input.
+                let input = arguments
+                    .get("input")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| call.arguments.clone(), str::to_string);
+                let item = Item::CustomToolCall(CustomToolCall {
+                    id: ids::new(ids::CUSTOM_TOOL_CALL),
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    input: String::new(),
+                    status: Some(ItemStatus::InProgress),
+                });
+                (item, Some(input))
+            }
+            _ => {
+                let action: ShellAction = serde_json::from_value(arguments).map_err(|e| {
+                    format!("The local_shell call is invalid: {e}. Give 'command' as an array of strings.")
+                })?;
+                let item = Item::LocalShellCall(LocalShellCall {
+                    id: ids::new(ids::LOCAL_SHELL_CALL),
+                    call_id: call.call_id.clone(),
+                    action,
+                    status: Some(ItemStatus::InProgress),
+                });
+                (item, None)
+            }
+        };
+        let item_id = item.id().to_string();
+        self.body.output.push(item.clone());
+        self.emitter
+            .emit(Event::OutputItemAdded {
+                output_index,
+                item: item.clone(),
+            })
+            .await;
+        let mut done = item;
+        if let (Some(input), Item::CustomToolCall(custom)) = (input, &mut done) {
+            custom.input = input.clone();
+            self.emitter
+                .emit(Event::CustomToolCallInputDelta {
+                    item_id: item_id.clone(),
+                    output_index,
+                    delta: input.clone(),
+                })
+                .await;
+            self.emitter
+                .emit(Event::CustomToolCallInputDone {
+                    item_id,
+                    output_index,
+                    input,
+                })
+                .await;
+        }
+        *done.status_mut() = Some(ItemStatus::Completed);
+        let arguments = match &done {
+            Item::CustomToolCall(custom) => custom.input.clone(),
+            _ => call.arguments.clone(),
+        };
+        self.pending
+            .push(json!({"id": call.call_id, "type": kind.as_str(),
+            "function": {"name": call.name, "arguments": arguments}}));
+        self.body.output[output_index] = done.clone();
+        self.emitter
+            .emit(Event::OutputItemDone {
+                output_index,
+                item: done.clone(),
+            })
+            .await;
+        self.transcript.push(done);
+        Ok(())
     }
 
     /// Presents the turn's server calls one item at a time: the first to produce output or
@@ -567,7 +706,7 @@ impl RunTask {
                     }
                     // Finished calls are kept.
                     self.transcript.extend(items.into_iter().flatten());
-                    return Err(shutdown_ending());
+                    return Err(self.stop_ending());
                 }
                 event = calls.receiver.recv() => event,
             };
@@ -805,11 +944,28 @@ impl RunTask {
         for item in &mut self.body.output {
             close_incomplete(item);
         }
+        let mut expires_at = None;
         let (state, upstream) = match ending {
             Ending::Completed => {
                 self.body.status = ResponseStatus::Completed;
                 self.body.completed_at = Some(now_ms() / 1000);
                 (RunState::Completed, None)
+            }
+            Ending::RequiresAction => {
+                // The model's turn is complete; the client must act (SPEC §3).
+                let deadline = now_ms() + self.limits.pause_ttl.as_millis() as i64;
+                expires_at = Some(deadline);
+                self.body.status = ResponseStatus::Completed;
+                self.body.completed_at = Some(now_ms() / 1000);
+                self.body.required_action = Some(super::pause::required_action(
+                    deadline,
+                    std::mem::take(&mut self.pending),
+                ));
+                (RunState::RequiresAction, None)
+            }
+            Ending::Cancelled => {
+                self.body.status = ResponseStatus::Cancelled;
+                (RunState::Cancelled, None)
             }
             Ending::Incomplete(reason) => {
                 self.body.status = ResponseStatus::Incomplete;
@@ -834,16 +990,20 @@ impl RunTask {
             }
         };
         debug_assert!(transition_allowed(RunState::InProgress, state));
+        let update = RunUpdate {
+            body: &self.body,
+            transcript: &self.transcript,
+            lease_owner: None,
+            lease_expires_at: None,
+            expires_at,
+            append_input: &[],
+            now_ms: now_ms(),
+        };
+        // Persisted before anyone sees the ending: a paused run is resumable once the
+        // client reads `response.completed`.
         if let Err(e) = self
             .store
-            .transition(
-                &id,
-                RunState::InProgress,
-                state,
-                &self.body,
-                &self.transcript,
-                now_ms(),
-            )
+            .transition(&id, RunState::InProgress, state, &update)
             .await
         {
             // The run was moved on by someone else (or the database is gone): its stored
@@ -853,8 +1013,9 @@ impl RunTask {
         }
         let response = Box::new(self.body.clone());
         let event = match state {
-            RunState::Completed => Event::Completed { response },
+            RunState::Completed | RunState::RequiresAction => Event::Completed { response },
             RunState::Incomplete => Event::Incomplete { response },
+            // The standard has no cancelled event: `response.failed` with status cancelled.
             _ => Event::Failed { response },
         };
         self.emitter.emit(event).await;
@@ -863,6 +1024,11 @@ impl RunTask {
         }
         upstream
     }
+}
+
+/// The call id of a client call item.
+fn item_call_id(item: &Item) -> String {
+    item.as_call().map(|(id, _, _)| id).unwrap_or_default()
 }
 
 /// A hidden call's item: stored for the model, never shown.

@@ -18,8 +18,42 @@ use crate::tools::registry::{RegisteredTool, ToolRegistry, compile_schema};
 #[derive(Clone)]
 pub enum Executor {
     Server(Arc<RegisteredTool>),
-    /// The client (a request function, or a registry tool marked definition-only).
-    Client,
+    /// The client (a request tool, or a registry tool marked definition-only).
+    Client(ClientKind),
+}
+
+/// How a client-executed call appears: as which item type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    Function,
+    Custom,
+    LocalShell,
+}
+
+impl ClientKind {
+    /// The `type` in `required_action.submit_tool_outputs.tool_calls`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientKind::Function => "function",
+            ClientKind::Custom => "custom",
+            ClientKind::LocalShell => "local_shell",
+        }
+    }
+}
+
+/// What the model sees of `local_shell`.
+fn local_shell_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "command": {"type": "array", "items": {"type": "string"}, "description": "The command and its arguments."},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "timeout_ms": {"type": "integer"},
+            "working_directory": {"type": "string"},
+            "user": {"type": "string"}
+        },
+        "required": ["command"]
+    })
 }
 
 #[derive(Clone)]
@@ -91,13 +125,56 @@ impl ToolSet {
                         source,
                         &path,
                         ToolEntry {
-                            executor: Executor::Client,
+                            executor: Executor::Client(ClientKind::Function),
                             server_label: None,
                             spec: ToolSpec {
                                 name: function.name.clone(),
                                 description: function.description.clone(),
                                 parameters,
                                 strict: function.strict,
+                            },
+                            callable: true,
+                        },
+                    )?;
+                }
+                ToolDecl::Custom(custom) => {
+                    check_name(&custom.name, &format!("{path}.name"))?;
+                    let mut description = custom.description.clone().unwrap_or_default();
+                    if let Some(format) = &custom.format {
+                        description
+                            .push_str(&format!("\nThe input must follow this format: {format}"));
+                    }
+                    let source = format!("{path} (custom)");
+                    set.add(&mut sources, &custom.name, source, &path, ToolEntry {
+                        executor: Executor::Client(ClientKind::Custom),
+                        server_label: None,
+                        spec: ToolSpec {
+                            name: custom.name.clone(),
+                            description: Some(description),
+                            parameters: json!({"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}),
+                            strict: None,
+                        },
+                        callable: true,
+                    })?;
+                }
+                ToolDecl::LocalShell => {
+                    let source = format!("{path} (local_shell)");
+                    set.add(
+                        &mut sources,
+                        "local_shell",
+                        source,
+                        &path,
+                        ToolEntry {
+                            executor: Executor::Client(ClientKind::LocalShell),
+                            server_label: None,
+                            spec: ToolSpec {
+                                name: "local_shell".into(),
+                                description: Some(
+                                    "Runs a command on the user's machine and returns its output."
+                                        .into(),
+                                ),
+                                parameters: local_shell_schema(),
+                                strict: None,
                             },
                             callable: true,
                         },
@@ -171,7 +248,7 @@ impl ToolSet {
                         });
                         let executor = match tool.kind {
                             ToolKind::Executed => Executor::Server(tool.clone()),
-                            ToolKind::DefinitionOnly => Executor::Client,
+                            ToolKind::DefinitionOnly => Executor::Client(ClientKind::Function),
                         };
                         set.add(
                             &mut sources,

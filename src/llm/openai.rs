@@ -217,21 +217,42 @@ fn chat_tool_choice(choice: &Value) -> Value {
 /// chat-completions requires; tool listings are not part of the conversation.
 fn chat_messages(request: &ModelRequest) -> Vec<Value> {
     let items = &request.items;
-    let client_outputs: HashMap<&str, String> = items
+    let client_outputs: HashMap<&str, String> = items.iter().filter_map(Item::as_output).collect();
+    // Outputs are placed right after their call, wherever the client put them.
+    let called: HashSet<String> = items
         .iter()
-        .filter_map(|item| match item {
-            Item::FunctionCallOutput(o) => Some((o.call_id.as_str(), o.output.as_text())),
-            _ => None,
-        })
+        .filter_map(Item::as_call)
+        .map(|(id, _, _)| id)
         .collect();
-    let mut answered: HashSet<String> = HashSet::new();
     let mut messages: Vec<Value> = Vec::with_capacity(items.len() + 1);
     if let Some(instructions) = &request.instructions {
         messages.push(json!({"role": "system", "content": instructions}));
     }
     let mut index = 0;
     while index < items.len() {
-        match &items[index] {
+        let item = &items[index];
+        if item.as_call().is_some() {
+            let mut calls = Vec::new();
+            let mut results = Vec::new();
+            while let Some((id, name, arguments)) = items.get(index).and_then(Item::as_call) {
+                let result = match &items[index] {
+                    Item::McpCall(c) => Some(c.result_text()),
+                    _ => client_outputs.get(id.as_str()).cloned(),
+                };
+                calls.push(json!({"id": id, "type": "function",
+                                  "function": {"name": name, "arguments": arguments}}));
+                results.push((id, result));
+                index += 1;
+            }
+            attach_tool_calls(&mut messages, calls);
+            for (id, result) in results {
+                let content =
+                    result.unwrap_or_else(|| "No output was provided for this call.".into());
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            }
+            continue;
+        }
+        match item {
             Item::Message(message) => {
                 let role = match message.role {
                     Role::User => "user",
@@ -241,45 +262,15 @@ fn chat_messages(request: &ModelRequest) -> Vec<Value> {
                 };
                 messages.push(json!({"role": role, "content": chat_content(&message.content)}));
             }
-            Item::FunctionCall(_) | Item::McpCall(_) => {
-                let mut calls = Vec::new();
-                let mut results = Vec::new();
-                while let Some(item) = items.get(index) {
-                    let (id, name, arguments, result) = match item {
-                        Item::FunctionCall(c) => (
-                            c.call_id.clone(),
-                            &c.name,
-                            &c.arguments,
-                            client_outputs.get(c.call_id.as_str()).cloned(),
-                        ),
-                        Item::McpCall(c) => {
-                            (c.id.clone(), &c.name, &c.arguments, Some(c.result_text()))
-                        }
-                        _ => break,
-                    };
-                    calls.push(json!({"id": id, "type": "function",
-                                      "function": {"name": name, "arguments": arguments}}));
-                    results.push((id, result));
-                    index += 1;
+            other => {
+                if let Some((call_id, text)) = other.as_output()
+                    && !called.contains(call_id)
+                {
+                    messages
+                        .push(json!({"role": "tool", "tool_call_id": call_id, "content": text}));
                 }
-                attach_tool_calls(&mut messages, calls);
-                for (id, result) in results {
-                    let content =
-                        result.unwrap_or_else(|| "No output was provided for this call.".into());
-                    messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
-                    answered.insert(id);
-                }
-                continue;
+                // Tool listings and approval items are not part of the conversation.
             }
-            Item::FunctionCallOutput(output) => {
-                if !answered.contains(&output.call_id) {
-                    messages.push(json!({
-                        "role": "tool", "tool_call_id": output.call_id,
-                        "content": output.output.as_text(),
-                    }));
-                }
-            }
-            Item::McpListTools(_) => {}
         }
         index += 1;
     }

@@ -70,6 +70,18 @@ pub enum Event {
         name: String,
         arguments: String,
     },
+    #[serde(rename = "response.custom_tool_call_input.delta")]
+    CustomToolCallInputDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.custom_tool_call_input.done")]
+    CustomToolCallInputDone {
+        item_id: String,
+        output_index: usize,
+        input: String,
+    },
     #[serde(rename = "response.mcp_list_tools.in_progress")]
     McpListToolsInProgress {
         item_id: String,
@@ -144,6 +156,8 @@ impl Event {
             Event::OutputTextDone { .. } => "response.output_text.done",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
+            Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
             Event::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
             Event::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
             Event::McpCallArgumentsDelta { .. } => "response.mcp_call_arguments.delta",

@@ -11,6 +11,7 @@ pub const LOCAL_SHELL_CALL: &str = "lsh";
 pub const MCP_CALL: &str = "mcp";
 pub const MCP_LIST_TOOLS: &str = "mcpl";
 pub const MCP_APPROVAL_REQUEST: &str = "mcpr";
+pub const MCP_APPROVAL_RESPONSE: &str = "mcpa";
 pub const REASONING: &str = "rs";
 
 /// A new id of the given kind, e.g. `new(RESPONSE)` = `resp_0193…`.

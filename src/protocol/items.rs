@@ -18,6 +18,12 @@ pub enum Item {
     FunctionCallOutput(FunctionCallOutput),
     McpListTools(McpListTools),
     McpCall(McpCall),
+    CustomToolCall(CustomToolCall),
+    CustomToolCallOutput(CallOutput),
+    LocalShellCall(LocalShellCall),
+    LocalShellCallOutput(CallOutput),
+    McpApprovalRequest(McpApprovalRequest),
+    McpApprovalResponse(McpApprovalResponse),
 }
 
 impl Item {
@@ -28,6 +34,42 @@ impl Item {
             Item::FunctionCallOutput(o) => &o.id,
             Item::McpListTools(l) => &l.id,
             Item::McpCall(c) => &c.id,
+            Item::CustomToolCall(c) => &c.id,
+            Item::LocalShellCall(c) => &c.id,
+            Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => &o.id,
+            Item::McpApprovalRequest(r) => &r.id,
+            Item::McpApprovalResponse(r) => &r.id,
+        }
+    }
+
+    /// A call the model made, as `(call id, tool name, arguments)`; for server calls the
+    /// item id serves as the call id.
+    pub fn as_call(&self) -> Option<(String, String, String)> {
+        match self {
+            Item::FunctionCall(c) => Some((c.call_id.clone(), c.name.clone(), c.arguments.clone())),
+            Item::McpCall(c) => Some((c.id.clone(), c.name.clone(), c.arguments.clone())),
+            Item::CustomToolCall(c) => Some((
+                c.call_id.clone(),
+                c.name.clone(),
+                serde_json::json!({"input": c.input}).to_string(),
+            )),
+            Item::LocalShellCall(c) => Some((
+                c.call_id.clone(),
+                "local_shell".into(),
+                serde_json::to_string(&c.action).unwrap_or_default(),
+            )),
+            _ => None,
+        }
+    }
+
+    /// A client's output for a call, as `(call id, text)`.
+    pub fn as_output(&self) -> Option<(&str, String)> {
+        match self {
+            Item::FunctionCallOutput(o) => Some((&o.call_id, o.output.as_text())),
+            Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => {
+                Some((&o.call_id, o.output.as_text()))
+            }
+            _ => None,
         }
     }
 
@@ -39,6 +81,11 @@ impl Item {
             Item::FunctionCallOutput(o) => &mut o.status,
             Item::McpListTools(l) => &mut l.status,
             Item::McpCall(c) => &mut c.status,
+            Item::CustomToolCall(c) => &mut c.status,
+            Item::LocalShellCall(c) => &mut c.status,
+            Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => &mut o.status,
+            Item::McpApprovalRequest(r) => &mut r.status,
+            Item::McpApprovalResponse(r) => &mut r.status,
         }
     }
 
@@ -71,6 +118,26 @@ impl Item {
             Item::McpCall(c) => {
                 ids::assign(&mut c.id, ids::MCP_CALL);
                 c.status.get_or_insert(ItemStatus::Completed);
+            }
+            Item::CustomToolCall(c) => {
+                ids::assign(&mut c.id, ids::CUSTOM_TOOL_CALL);
+                c.status.get_or_insert(ItemStatus::Completed);
+            }
+            Item::LocalShellCall(c) => {
+                ids::assign(&mut c.id, ids::LOCAL_SHELL_CALL);
+                c.status.get_or_insert(ItemStatus::Completed);
+            }
+            Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => {
+                ids::assign(&mut o.id, ids::FUNCTION_CALL_OUTPUT);
+                o.status.get_or_insert(ItemStatus::Completed);
+            }
+            Item::McpApprovalRequest(r) => {
+                ids::assign(&mut r.id, ids::MCP_APPROVAL_REQUEST);
+                r.status.get_or_insert(ItemStatus::Completed);
+            }
+            Item::McpApprovalResponse(r) => {
+                ids::assign(&mut r.id, ids::MCP_APPROVAL_RESPONSE);
+                r.status.get_or_insert(ItemStatus::Completed);
             }
         }
     }
@@ -330,4 +397,82 @@ impl McpCall {
             (None, None) => String::new(),
         }
     }
+}
+
+/// A call of a client-executed custom tool: the model's raw `input` text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CustomToolCall {
+    #[serde(default)]
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    pub input: String,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+/// A client's output for a custom tool call or a local shell call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallOutput {
+    #[serde(default)]
+    pub id: String,
+    pub call_id: String,
+    pub output: ToolOutput,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+/// A command the model wants the client to run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LocalShellCall {
+    #[serde(default)]
+    pub id: String,
+    pub call_id: String,
+    pub action: ShellAction,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShellAction {
+    #[serde(rename = "type", default = "exec")]
+    pub kind: String,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: serde_json::Map<String, Value>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub working_directory: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+fn exec() -> String {
+    "exec".into()
+}
+
+/// A server call waiting for the client's approval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpApprovalRequest {
+    #[serde(default)]
+    pub id: String,
+    pub server_label: String,
+    pub name: String,
+    pub arguments: String,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+/// The client's answer to an approval request (input only).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpApprovalResponse {
+    #[serde(default)]
+    pub id: String,
+    pub approval_request_id: String,
+    pub approve: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub status: Option<ItemStatus>,
 }

@@ -278,6 +278,12 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, FieldError> {
         Some("function_call_output") => typed(value, path).map(Item::FunctionCallOutput),
         Some("mcp_call") => typed(value, path).map(Item::McpCall),
         Some("mcp_list_tools") => typed(value, path).map(Item::McpListTools),
+        Some("custom_tool_call") => typed(value, path).map(Item::CustomToolCall),
+        Some("custom_tool_call_output") => typed(value, path).map(Item::CustomToolCallOutput),
+        Some("local_shell_call") => typed(value, path).map(Item::LocalShellCall),
+        Some("local_shell_call_output") => typed(value, path).map(Item::LocalShellCallOutput),
+        Some("mcp_approval_request") => typed(value, path).map(Item::McpApprovalRequest),
+        Some("mcp_approval_response") => typed(value, path).map(Item::McpApprovalResponse),
         _ => typed(value, path),
     }
 }
@@ -340,6 +346,33 @@ fn join_path(parent: &str, name: &str) -> String {
     } else {
         format!("{parent}.{name}")
     }
+}
+
+/// `POST /v1/responses/{id}/submit_tool_outputs` (SPEC §8).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitToolOutputs {
+    #[serde(default)]
+    pub tool_outputs: Vec<SubmittedOutput>,
+    #[serde(default)]
+    pub tool_approvals: Vec<ToolApproval>,
+    pub stream: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmittedOutput {
+    pub tool_call_id: String,
+    pub output: super::items::ToolOutput,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolApproval {
+    pub approval_request_id: String,
+    pub approve: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// Query of `GET /v1/responses/{id}/input_items` (`include[]` is accepted and ignored).

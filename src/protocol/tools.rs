@@ -14,6 +14,19 @@ pub enum ToolDecl {
     Function(FunctionTool),
     /// A configured tool server whose tools the service executes.
     Mcp(McpTool),
+    /// A tool the client executes, taking free-form text.
+    Custom(CustomTool),
+    /// The client's shell.
+    LocalShell,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct CustomTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub format: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -70,13 +83,11 @@ pub fn parse_tools(values: &[Value]) -> Result<Vec<ToolDecl>, FieldError> {
             match value.get("type").and_then(Value::as_str) {
                 Some("function") => typed(value.clone(), &path).map(ToolDecl::Function),
                 Some("mcp") => typed(value.clone(), &path).map(ToolDecl::Mcp),
-                Some(kind @ ("custom" | "local_shell")) => Err(FieldError::new(
-                    format!("{path}.type"),
-                    format!("Tools of type '{kind}' are not supported yet."),
-                )),
+                Some("custom") => typed(value.clone(), &path).map(ToolDecl::Custom),
+                Some("local_shell") => Ok(ToolDecl::LocalShell),
                 Some(other) => Err(FieldError::new(
                     format!("{path}.type"),
-                    format!("Tools of type '{other}' are not supported by this service; use 'function' or 'mcp'."),
+                    format!("Tools of type '{other}' are not supported by this service; use 'function', 'custom', 'local_shell' or 'mcp'."),
                 )),
                 None => Err(FieldError::new(
                     format!("{path}.type"),

@@ -108,6 +108,21 @@ pub struct NewRun {
     pub now_ms: i64,
 }
 
+/// What a transition writes besides the state.
+#[derive(Clone, Debug)]
+pub struct RunUpdate<'a> {
+    pub body: &'a ResponseObject,
+    pub transcript: &'a [Item],
+    /// Who executes the run from now on (`None`: nobody, it is stopped or waiting).
+    pub lease_owner: Option<&'a str>,
+    pub lease_expires_at: Option<i64>,
+    /// Until when a `requires_action` run waits.
+    pub expires_at: Option<i64>,
+    /// Input items appended after the existing ones, in the same transaction.
+    pub append_input: &'a [Item],
+    pub now_ms: i64,
+}
+
 /// A stored run.
 #[derive(Clone, Debug)]
 pub struct StoredRun {
@@ -118,6 +133,7 @@ pub struct StoredRun {
     pub transcript: Vec<Item>,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
+    pub expires_at: Option<i64>,
     pub updated_at: i64,
 }
 
@@ -155,18 +171,19 @@ pub trait RunStore: Send + Sync + 'static {
 
     async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, StoreError>;
 
-    /// Compare-and-set: moves the run from `from` to `to` and stores `body` and the
-    /// transcript, or reports
-    /// `Conflict` with the state it found (`NotFound` when there is no such run).
+    /// Compare-and-set: moves the run from `from` to `to` and writes the update (appending
+    /// its input items) in one transaction, or reports `Conflict` with the state it found
+    /// (`NotFound` when there is no such run).
     async fn transition(
         &self,
         id: &str,
         from: RunState,
         to: RunState,
-        body: &ResponseObject,
-        transcript: &[Item],
-        now_ms: i64,
+        update: &RunUpdate<'_>,
     ) -> Result<(), StoreError>;
+
+    /// Runs waiting in `requires_action` whose `expires_at` is before `now_ms`.
+    async fn expired_runs(&self, now_ms: i64) -> Result<Vec<StoredRun>, StoreError>;
 
     /// Appends events (any runs) in one transaction.
     async fn append_events(&self, events: &[EventRecord]) -> Result<(), StoreError>;

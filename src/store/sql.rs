@@ -23,6 +23,7 @@ pub(super) struct RunRow {
     pub transcript: Json<Vec<Item>>,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
+    pub expires_at: Option<i64>,
     pub updated_at: i64,
 }
 
@@ -37,6 +38,7 @@ impl TryFrom<RunRow> for StoredRun {
             transcript: row.transcript.0,
             lease_owner: row.lease_owner,
             lease_expires_at: row.lease_expires_at,
+            expires_at: row.expires_at,
             updated_at: row.updated_at,
         })
     }
@@ -77,7 +79,7 @@ pub(super) struct ItemRow {
 /// The columns of a `RunRow`, for `concat!` into queries (no `format!` into SQL).
 macro_rules! run_columns {
     () => {
-        "tenant_id, state, body, transcript, lease_owner, lease_expires_at, updated_at"
+        "tenant_id, state, body, transcript, lease_owner, lease_expires_at, expires_at, updated_at"
     };
 }
 pub(super) use run_columns;
@@ -170,37 +172,87 @@ macro_rules! impl_run_store {
                 id: &str,
                 from: $crate::store::RunState,
                 to: $crate::store::RunState,
-                body: &$crate::protocol::response::ResponseObject,
-                transcript: &[$crate::protocol::items::Item],
-                now_ms: i64,
+                update: &$crate::store::RunUpdate<'_>,
             ) -> Result<(), $crate::store::StoreError> {
+                use sqlx::types::Json;
+                let mut tx = self.pool.begin().await?;
+                // The UPDATE comes first so SQLite takes the write lock at once.
                 let updated = sqlx::query(
-                    "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4 \
-                     WHERE id = $5 AND state = $6",
+                    "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
+                     lease_owner = $5, lease_expires_at = $6, expires_at = $7 \
+                     WHERE id = $8 AND state = $9",
                 )
                 .bind(to.as_str())
-                .bind(sqlx::types::Json(body))
-                .bind(sqlx::types::Json(transcript))
-                .bind(now_ms)
+                .bind(Json(update.body))
+                .bind(Json(update.transcript))
+                .bind(update.now_ms)
+                .bind(update.lease_owner)
+                .bind(update.lease_expires_at)
+                .bind(update.expires_at)
                 .bind(id)
                 .bind(from.as_str())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?
                 .rows_affected();
-                if updated == 1 {
-                    return Ok(());
+                if updated != 1 {
+                    let actual: Option<String> =
+                        sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
+                            .bind(id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    return match actual {
+                        None => Err($crate::store::StoreError::NotFound),
+                        Some(state) => Err($crate::store::StoreError::Conflict {
+                            actual: $crate::store::sql::parse_state(&state)?,
+                        }),
+                    };
                 }
-                let actual: Option<String> =
-                    sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
-                        .bind(id)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                match actual {
-                    None => Err($crate::store::StoreError::NotFound),
-                    Some(state) => Err($crate::store::StoreError::Conflict {
-                        actual: $crate::store::sql::parse_state(&state)?,
-                    }),
+                if !update.append_input.is_empty() {
+                    let (tenant_id, next): (String, i64) = sqlx::query_as(
+                        "SELECT r.tenant_id, COALESCE((SELECT MAX(position) + 1 FROM input_items \
+                         WHERE response_id = $1), 0) FROM responses r WHERE r.id = $1",
+                    )
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let items: Vec<(i64, &$crate::protocol::items::Item)> = update
+                        .append_input
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| (next + i as i64, item))
+                        .collect();
+                    for chunk in items.chunks($crate::store::sql::INSERT_CHUNK) {
+                        let mut insert = sqlx::QueryBuilder::<$db>::new(
+                            "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
+                        );
+                        insert.push_values(chunk, |mut row, (position, item)| {
+                            row.push_bind(id)
+                                .push_bind(*position)
+                                .push_bind(&tenant_id)
+                                .push_bind(item.id())
+                                .push_bind(Json(*item));
+                        });
+                        insert.build().execute(&mut *tx).await?;
+                    }
                 }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn expired_runs(
+                &self,
+                now_ms: i64,
+            ) -> Result<Vec<$crate::store::StoredRun>, $crate::store::StoreError> {
+                let rows: Vec<$crate::store::sql::RunRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    $crate::store::sql::run_columns!(),
+                    " FROM responses WHERE state = 'requires_action' AND expires_at < $1 \
+                     ORDER BY expires_at"
+                ))
+                .bind(now_ms)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(TryInto::try_into).collect()
             }
 
             async fn append_events(

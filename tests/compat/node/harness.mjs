@@ -47,6 +47,30 @@ export function textTurn(chunks, { promptTokens = 5, completionTokens = 2 } = {}
   };
 }
 
+/** SPEC §6: the compiled-in tool server, executed by switchyard without asking the client. */
+export const BUILTIN_SERVER = Object.freeze({ type: 'mcp', server_label: 'builtin', require_approval: 'never' });
+
+/**
+ * A scripted model turn that calls tools, given as [call id, name, JSON arguments]: the calls
+ * are streamed one after the other, each argument string in two chunks, then `tool_calls`.
+ * Same as `tool_call_turn` in tests/compat/python/harness.py.
+ */
+export function toolCallTurn(calls, { promptTokens = 10, completionTokens = 5 } = {}) {
+  return {
+    steps: [
+      ...calls.flatMap(([id, name, args], index) => {
+        const half = Math.floor(args.length / 2);
+        return [
+          { type: 'tool_call', index, id, name, arguments: args.slice(0, half) },
+          { type: 'tool_args', index, arguments: args.slice(half) },
+        ];
+      }),
+      { type: 'finish', reason: 'tool_calls' },
+      { type: 'usage', prompt_tokens: promptTokens, completion_tokens: completionTokens },
+    ],
+  };
+}
+
 async function control(url, method, body) {
   const response = await fetch(url, {
     method,

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import OpenAI, { APIError, BadRequestError } from 'openai';
 
-import { MODEL, Services, textTurn } from './harness.mjs';
+import { BUILTIN_SERVER, MODEL, Services, textTurn, toolCallTurn } from './harness.mjs';
 
 const warnings = [];
 process.on('warning', (warning) => warnings.push(`${warning.name}: ${warning.message}`));
@@ -161,6 +161,125 @@ check('an unknown model is rejected with a BadRequestError naming the model', as
   assert.equal(error.param, 'model');
   assert.match(error.message, /no-such-model-3000/);
   assert.deepEqual(await services.upstreamRequests(), []);
+});
+
+/** SPEC §7: items never interleave, and output indexes are append-only. Returns each item's events. */
+function eventsByItem(events) {
+  const items = [];
+  let open = null;
+  for (const event of events.slice(2, -1)) {
+    assert.equal(typeof event.output_index, 'number', `${event.type} carries no output_index`);
+    if (event.type === 'response.output_item.added') {
+      assert.equal(open, null, `item ${event.output_index} opened inside item ${open?.id}`);
+      assert.equal(event.output_index, items.length, 'output indexes are not append-only');
+      open = event.item;
+      items.push([event]);
+      continue;
+    }
+    assert.notEqual(open, null, `${event.type} outside any item`);
+    assert.equal(event.output_index, items.length - 1, `${event.type} outside its item`);
+    if (event.type === 'response.output_item.done') {
+      assert.equal(event.item.id, open.id);
+      open = null;
+    } else {
+      assert.equal(event.item_id, open.id, event.type);
+    }
+    items.at(-1).push(event);
+  }
+  assert.equal(open, null, 'an item was never done');
+  return items;
+}
+
+check('the stream helper resolves finalResponse of a run with two concurrent server calls', async () => {
+  await services.script(
+    toolCallTurn([
+      ['call_1', 'calculator', '{"expression": "6 * 7"}'],
+      ['call_2', 'current_time', '{"timezone": "Europe/Paris"}'],
+    ]),
+    textTurn(['It is ', '42.'], { promptTokens: 30, completionTokens: 4 }),
+  );
+
+  const stream = client.responses.stream({ model: MODEL, input: '6 * 7? And the time?', tools: [BUILTIN_SERVER] });
+  const events = [];
+  const completedCalls = [];
+  stream.on('event', (event) => events.push(event));
+  stream.on('response.mcp_call.completed', (event) => completedCalls.push(event.item_id));
+  const final = await stream.finalResponse();
+
+  assert.deepEqual(events.map((e) => e.sequence_number), [...events.keys()]);
+  assert.deepEqual(events.slice(0, 2).map((e) => e.type), ['response.created', 'response.in_progress']);
+  assert.equal(events.at(-1).type, 'response.completed');
+  const [listTools, firstCall, secondCall, message] = eventsByItem(events);
+  assert.deepEqual(listTools.map((e) => e.type), [
+    'response.output_item.added',
+    'response.mcp_list_tools.in_progress',
+    'response.mcp_list_tools.completed',
+    'response.output_item.done',
+  ]);
+  for (const call of [firstCall, secondCall]) {
+    const types = call.map((e) => e.type);
+    const deltas = types.filter((t) => t === 'response.mcp_call_arguments.delta').length;
+    assert.ok(deltas >= 1, 'no response.mcp_call_arguments.delta');
+    assert.deepEqual(types, [
+      'response.output_item.added',
+      ...Array(deltas).fill('response.mcp_call_arguments.delta'),
+      'response.mcp_call_arguments.done',
+      'response.mcp_call.in_progress',
+      'response.mcp_call.completed',
+      'response.output_item.done',
+    ]);
+  }
+  assert.equal(message.filter((e) => e.type === 'response.output_text.delta').length, 2);
+
+  assert.equal(final.id, events[0].response.id);
+  assert.equal(final.status, 'completed');
+  assert.deepEqual(final.output.map((item) => item.type), ['mcp_list_tools', 'mcp_call', 'mcp_call', 'message']);
+  assert.deepEqual(final.output[0].tools.map((tool) => tool.name), ['current_time', 'calculator', 'fetch_url']);
+  const calls = Object.fromEntries(final.output.filter((item) => item.type === 'mcp_call').map((c) => [c.name, c]));
+  assert.deepEqual(Object.keys(calls).sort(), ['calculator', 'current_time']);
+  assert.deepEqual(completedCalls, [firstCall[0].item.id, secondCall[0].item.id]);
+  for (const call of Object.values(calls)) {
+    assert.match(call.id, /^mcp_/);
+    assert.deepEqual([call.server_label, call.status, call.error], ['builtin', 'completed', null]);
+  }
+  assert.equal(calls.calculator.arguments, '{"expression": "6 * 7"}');
+  assert.equal(calls.calculator.output, '42');
+  // SPEC §12: RFC 3339 in the zone asked for (Paris is at +01:00 or +02:00).
+  assert.match(calls.current_time.output, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+0[12]:00$/);
+  assert.ok(Math.abs(Date.parse(calls.current_time.output) - Date.now()) < 60_000, calls.current_time.output);
+  assert.equal(final.output_text, 'It is 42.');
+  assert.deepEqual([final.usage.input_tokens, final.usage.output_tokens], [10 + 30, 5 + 4]);
+
+  const retrieved = await client.responses.retrieve(final.id);
+  // The helper's parsed message parts carry an extra `parsed`; the tool items are as stored.
+  assert.deepEqual(retrieved.output.slice(0, 3), final.output.slice(0, 3));
+  assert.equal(retrieved.output_text, final.output_text);
+  const [, second] = await services.upstreamRequests();
+  assert.deepEqual(second.messages.filter((m) => m.role === 'tool').map((m) => m.content).sort(), [
+    '42',
+    calls.current_time.output,
+  ].sort());
+});
+
+check('a failing server call ends its item with an error object and the model answers', async () => {
+  await services.script(
+    toolCallTurn([['call_1', 'calculator', '{"expression": "1/0"}']]),
+    textTurn(['Division by zero.']),
+  );
+
+  const stream = client.responses.stream({ model: MODEL, input: '1/0?', tools: [BUILTIN_SERVER] });
+  const failed = [];
+  stream.on('response.mcp_call.failed', (event) => failed.push(event));
+  const final = await stream.finalResponse();
+
+  assert.deepEqual(final.output.map((item) => item.type), ['mcp_list_tools', 'mcp_call', 'message']);
+  const call = final.output[1];
+  assert.deepEqual(failed.map((e) => [e.item_id, e.output_index]), [[call.id, 1]]);
+  assert.deepEqual([call.name, call.status, call.output], ['calculator', 'failed', null]);
+  assert.equal(call.error.type, 'mcp_tool_execution_error');
+  assert.match(call.error.content, /zero/i);
+  assert.equal(final.status, 'completed');
+  assert.equal(final.output_text, 'Division by zero.');
 });
 
 check('no process warning was emitted', () => {

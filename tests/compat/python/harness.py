@@ -35,6 +35,14 @@ def id_pattern(prefix: str) -> re.Pattern[str]:
 
 RESPONSE_ID = id_pattern("resp")
 MESSAGE_ID = id_pattern("msg")
+FUNCTION_CALL_ID = id_pattern("fc")
+MCP_CALL_ID = id_pattern("mcp")
+MCP_LIST_TOOLS_ID = id_pattern("mcpl")
+
+# SPEC §6: the compiled-in tool server, executed by switchyard without asking the client.
+BUILTIN_SERVER: dict[str, Any] = {"type": "mcp", "server_label": "builtin", "require_approval": "never"}
+# SPEC §12, in the order the server lists them.
+BUILTIN_TOOL_NAMES = ["current_time", "calculator", "fetch_url"]
 
 # SPEC §4: every key of the Response object, always present.
 RESPONSE_KEYS = frozenset(
@@ -172,6 +180,22 @@ def text_turn(*chunks: str, prompt_tokens: int = 5, completion_tokens: int = 2, 
             steps.append({"type": "delay", "ms": delay_ms})
         steps.append({"type": "text", "text": chunk})
     steps.append({"type": "finish", "reason": "stop"})
+    steps.append({"type": "usage", "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
+    return {"steps": steps}
+
+
+def tool_call_turn(*calls: tuple[str, str, str], prompt_tokens: int = 10, completion_tokens: int = 5) -> dict[str, Any]:
+    """A scripted model turn that calls tools, given as (call id, name, JSON arguments).
+
+    The calls are streamed one after the other, as OpenAI streams parallel calls, and each
+    argument string is split into two chunks; the turn stops with `tool_calls`.
+    """
+    steps: list[dict[str, Any]] = []
+    for index, (call_id, name, arguments) in enumerate(calls):
+        half = len(arguments) // 2
+        steps.append({"type": "tool_call", "index": index, "id": call_id, "name": name, "arguments": arguments[:half]})
+        steps.append({"type": "tool_args", "index": index, "arguments": arguments[half:]})
+    steps.append({"type": "finish", "reason": "tool_calls"})
     steps.append({"type": "usage", "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
     return {"steps": steps}
 

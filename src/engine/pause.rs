@@ -1,0 +1,426 @@
+//! The persisted pause and what ends it: `submit_tool_outputs` (resume the same run, from the
+//! database, on any instance), the standard continuation by `previous_response_id`, cancel,
+//! and expiry. Every change of state is a compare-and-set; losing one is an answer, not a
+//! crash.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::emitter::EventEmitter;
+use super::{Engine, EngineError, Launch, StartedRun, close_incomplete, now_ms};
+use crate::protocol::events::Event;
+use crate::protocol::items::{CallOutput, FunctionCallOutput, Item, ToolOutput};
+use crate::protocol::request::{CreateResponse, FieldError, SubmitToolOutputs};
+use crate::protocol::response::{IncompleteDetails, ResponseObject, ResponseStatus};
+use crate::store::{RunState, RunUpdate, StoreError, StoredRun};
+
+/// How long `cancel` waits for a running run to stop.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// `(call id, type)` of every call a paused run waits for, in order.
+fn pending_calls(body: &ResponseObject) -> Vec<(String, String)> {
+    body.required_action
+        .as_ref()
+        .and_then(|action| action.pointer("/submit_tool_outputs/tool_calls"))
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .filter_map(|call| {
+                    Some((
+                        call.get("id")?.as_str()?.to_string(),
+                        call.get("type")?.as_str()?.to_string(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn not_accepting(state: RunState) -> EngineError {
+    FieldError::new(
+        "",
+        format!(
+            "Runs in status \"{}\" do not accept tool outputs.",
+            state.as_str()
+        ),
+    )
+    .into()
+}
+
+/// `['call_A', 'call_B']`, as the standard error texts write lists.
+fn quoted_list(ids: &[String]) -> String {
+    let quoted: Vec<String> = ids.iter().map(|id| format!("'{id}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// Every output in `input` must answer a call made earlier in the chain or in `input`.
+pub(super) fn check_outputs_match_calls(
+    history: &[Item],
+    input: &[Item],
+) -> Result<(), EngineError> {
+    let calls: HashSet<String> = history
+        .iter()
+        .chain(input)
+        .filter_map(Item::as_call)
+        .map(|(id, _, _)| id)
+        .collect();
+    for (index, item) in input.iter().enumerate() {
+        if let Some((call_id, _)) = item.as_output()
+            && !calls.contains(call_id)
+        {
+            return Err(FieldError::new(
+                format!("input[{index}]"),
+                format!("No tool call found for function call output with call_id {call_id}."),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The request a stored run was created with, as far as running it again needs.
+fn request_from_body(body: &ResponseObject) -> CreateResponse {
+    CreateResponse {
+        model: Some(body.model.clone()),
+        instructions: body.instructions.clone(),
+        metadata: Some(body.metadata.clone()),
+        store: Some(body.store),
+        background: Some(body.background),
+        previous_response_id: body.previous_response_id.clone(),
+        tools: Some(body.tools.clone()),
+        tool_choice: Some(body.tool_choice.clone()),
+        parallel_tool_calls: Some(body.parallel_tool_calls),
+        max_tool_calls: body.max_tool_calls,
+        temperature: body.temperature,
+        top_p: body.top_p,
+        presence_penalty: body.presence_penalty,
+        frequency_penalty: body.frequency_penalty,
+        max_output_tokens: body.max_output_tokens,
+        text: Some(body.text.clone()),
+        reasoning: Some(body.reasoning.clone()),
+        user: body.user.clone(),
+        safety_identifier: body.safety_identifier.clone(),
+        ..CreateResponse::default()
+    }
+}
+
+impl Engine {
+    /// `POST /v1/responses/{id}/submit_tool_outputs`: answers every pending call exactly once
+    /// and resumes the same run here, whichever instance paused it.
+    pub async fn submit_tool_outputs(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        submission: SubmitToolOutputs,
+    ) -> Result<StartedRun, EngineError> {
+        if self.inner.runs.is_closed() {
+            return Err(EngineError::ShuttingDown);
+        }
+        let run = self.get_run(tenant_id, id).await?;
+        if run.state != RunState::RequiresAction {
+            return Err(not_accepting(run.state));
+        }
+        if run.expires_at.is_some_and(|deadline| deadline < now_ms()) {
+            let state = self.expire(run).await;
+            return Err(not_accepting(state));
+        }
+        let pending = pending_calls(&run.body);
+        let expected: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
+        let got: Vec<String> = submission
+            .tool_outputs
+            .iter()
+            .map(|o| o.tool_call_id.clone())
+            .collect();
+        let unique: HashSet<&String> = got.iter().collect();
+        let answers_all = unique.len() == got.len()
+            && got.len() == expected.len()
+            && expected.iter().all(|id| unique.contains(id));
+        if !answers_all {
+            return Err(FieldError::new(
+                "tool_outputs",
+                format!(
+                    "Expected tool outputs for call_ids {}, got {}",
+                    quoted_list(&expected),
+                    quoted_list(&got)
+                ),
+            )
+            .into());
+        }
+        // The outputs become input items of the run, in the order of its calls.
+        let mut outputs: Vec<Item> = pending
+            .iter()
+            .filter_map(|(call_id, kind)| {
+                let output = submission
+                    .tool_outputs
+                    .iter()
+                    .find(|o| &o.tool_call_id == call_id)?
+                    .output
+                    .clone();
+                Some(output_item(call_id, kind, output))
+            })
+            .collect();
+        for item in &mut outputs {
+            item.normalise();
+        }
+
+        let mut body = run.body.clone();
+        body.status = ResponseStatus::InProgress;
+        body.required_action = None;
+        body.completed_at = None;
+        let request = request_from_body(&body);
+        let history = match &body.previous_response_id {
+            Some(previous) => match self.chain(tenant_id, previous).await {
+                Ok((history, _)) => history,
+                // A deleted ancestor leaves the run without that history, not unusable.
+                Err(EngineError::Invalid(..)) => Vec::new(),
+                Err(e) => return Err(e),
+            },
+            None => Vec::new(),
+        };
+        let prepared = self.prepare(&request, &history, &[])?;
+        let now = now_ms();
+        let update = RunUpdate {
+            body: &body,
+            transcript: &run.transcript,
+            lease_owner: Some(&self.inner.settings.instance_id),
+            lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
+            expires_at: None,
+            append_input: &outputs,
+            now_ms: now,
+        };
+        // One compare-and-set: of two concurrent submissions exactly one gets here.
+        match self
+            .inner
+            .store
+            .transition(id, RunState::RequiresAction, RunState::InProgress, &update)
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::Conflict { actual }) => return Err(not_accepting(actual)),
+            Err(StoreError::NotFound) => return Err(EngineError::NotFound(id.to_string())),
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(response_id = %id, outputs = outputs.len(), "run resumed");
+        let mut context = history;
+        context.extend(self.inner.store.input_items(tenant_id, id).await?);
+        let next_sequence = self
+            .inner
+            .store
+            .last_sequence_number(id)
+            .await?
+            .map_or(0, |n| n + 1);
+        let launch = Launch {
+            tenant_id: tenant_id.to_string(),
+            body,
+            context,
+            transcript: run.transcript,
+            next_sequence,
+            resumed: true,
+            stream: submission.stream == Some(true),
+        };
+        Ok(self.launch(prepared, launch))
+    }
+
+    /// A continuation answered the paused run's calls: check it answered all, then the
+    /// paused run is `completed`.
+    pub(super) async fn complete_by_continuation(
+        &self,
+        previous: StoredRun,
+        input: &[Item],
+    ) -> Result<(), EngineError> {
+        let answered: HashSet<&str> = input
+            .iter()
+            .filter_map(Item::as_output)
+            .map(|(id, _)| id)
+            .collect();
+        for (call_id, _) in pending_calls(&previous.body) {
+            if !answered.contains(call_id.as_str()) {
+                return Err(FieldError::new(
+                    "input",
+                    format!("No tool output found for function call {call_id}."),
+                )
+                .into());
+            }
+        }
+        let mut body = previous.body.clone();
+        body.required_action = None;
+        let update = RunUpdate {
+            body: &body,
+            transcript: &previous.transcript,
+            lease_owner: None,
+            lease_expires_at: None,
+            expires_at: None,
+            append_input: &[],
+            now_ms: now_ms(),
+        };
+        match self
+            .inner
+            .store
+            .transition(&body.id, RunState::RequiresAction, RunState::Completed, &update)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(StoreError::Conflict { actual }) => Err(FieldError::new(
+                "previous_response_id",
+                format!(
+                    "Previous response with id '{}' is no longer waiting for tool outputs (it is {}).",
+                    body.id,
+                    actual.as_str()
+                ),
+            )
+            .into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// `POST /v1/responses/{id}/cancel`: stops a queued, running or paused run; a run that
+    /// already stopped is returned as it is.
+    pub async fn cancel(&self, tenant_id: &str, id: &str) -> Result<ResponseObject, EngineError> {
+        let run = self.get_run(tenant_id, id).await?;
+        if run.state.is_final() {
+            return Ok(run.body);
+        }
+        let live = self.live().get(id).map(|live| {
+            live.cancelled.store(true, Ordering::SeqCst);
+            live.stop.cancel();
+            live.stopped.clone()
+        });
+        if let Some(mut stopped) = live {
+            // The run closes its items, stops its model stream and tools, and stores itself.
+            let _ = tokio::time::timeout(CANCEL_WAIT, stopped.wait_for(|done| *done)).await;
+            return Ok(self.get_run(tenant_id, id).await?.body);
+        }
+        // Paused, or executing nowhere (its instance is gone): cancel it in the store.
+        let mut body = run.body.clone();
+        for item in &mut body.output {
+            close_incomplete(item);
+        }
+        body.status = ResponseStatus::Cancelled;
+        body.required_action = None;
+        match self
+            .end_stored_run(
+                &run,
+                RunState::Cancelled,
+                &body,
+                Event::Failed {
+                    response: Box::new(body.clone()),
+                },
+            )
+            .await
+        {
+            Ok(()) => Ok(body),
+            // It moved on meanwhile (resumed, finished): report what it is now.
+            Err(StoreError::Conflict { .. }) => Ok(self.get_run(tenant_id, id).await?.body),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Moves paused runs past their deadline to `expired`.
+    pub(super) async fn expire_overdue(&self) -> Result<usize, EngineError> {
+        let overdue = self.inner.store.expired_runs(now_ms()).await?;
+        let count = overdue.len();
+        for run in overdue {
+            self.expire(run).await;
+        }
+        Ok(count)
+    }
+
+    /// Expires one paused run; returns the state it is in afterwards.
+    async fn expire(&self, run: StoredRun) -> RunState {
+        let mut body = run.body.clone();
+        body.status = ResponseStatus::Incomplete;
+        body.incomplete_details = Some(IncompleteDetails {
+            reason: "tool_outputs_expired".into(),
+        });
+        body.required_action = None;
+        let event = Event::Incomplete {
+            response: Box::new(body.clone()),
+        };
+        match self
+            .end_stored_run(&run, RunState::Expired, &body, event)
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(response_id = %body.id, "paused run expired");
+                RunState::Expired
+            }
+            Err(StoreError::Conflict { actual }) => actual,
+            Err(e) => {
+                tracing::warn!(response_id = %body.id, error = %e, "cannot expire a run");
+                run.state
+            }
+        }
+    }
+
+    /// Ends a run that is not executing here: compare-and-set to `to`, then its log gets
+    /// the closing event after the last one stored.
+    async fn end_stored_run(
+        &self,
+        run: &StoredRun,
+        to: RunState,
+        body: &ResponseObject,
+        event: Event,
+    ) -> Result<(), StoreError> {
+        let update = RunUpdate {
+            body,
+            transcript: &run.transcript,
+            lease_owner: None,
+            lease_expires_at: None,
+            expires_at: None,
+            append_input: &[],
+            now_ms: now_ms(),
+        };
+        self.inner
+            .store
+            .transition(&body.id, run.state, to, &update)
+            .await?;
+        let next = self
+            .inner
+            .store
+            .last_sequence_number(&body.id)
+            .await?
+            .map_or(0, |n| n + 1);
+        let mut emitter = EventEmitter::new(
+            self.inner.hub.clone(),
+            Arc::from(body.id.as_str()),
+            Arc::from(run.tenant_id.as_str()),
+            next,
+        );
+        emitter.emit(event).await;
+        emitter.flush().await
+    }
+}
+
+/// The input item answering a call of the given `required_action` type.
+fn output_item(call_id: &str, kind: &str, output: ToolOutput) -> Item {
+    let output = CallOutput {
+        id: String::new(),
+        call_id: call_id.to_string(),
+        output,
+        status: None,
+    };
+    match kind {
+        "custom" => Item::CustomToolCallOutput(output),
+        "local_shell" => Item::LocalShellCallOutput(output),
+        _ => Item::FunctionCallOutput(FunctionCallOutput {
+            id: output.id,
+            call_id: output.call_id,
+            output: output.output,
+            status: None,
+        }),
+    }
+}
+
+/// `{"type": "submit_tool_outputs", …}` as stored.
+pub(super) fn required_action(expires_at_ms: i64, tool_calls: Vec<Value>) -> Value {
+    json!({
+        "type": "submit_tool_outputs",
+        "expires_at": expires_at_ms / 1000,
+        "submit_tool_outputs": {"tool_calls": tool_calls},
+    })
+}
