@@ -28,15 +28,18 @@ pub fn frame(event: &EventRecord) -> Bytes {
     Bytes::from(out)
 }
 
-/// A streaming response over the given events.
+/// A streaming response over the given events. `[DONE]` follows when the events end after
+/// a terminal event (a replay may pass the terminal event of a pause and go on).
 pub fn response(events: EventStream, heartbeat: Duration) -> Response {
     struct State {
         events: EventStream,
+        last_was_terminal: bool,
         finished: bool,
     }
     let body = futures_util::stream::unfold(
         State {
             events,
+            last_was_terminal: false,
             finished: false,
         },
         move |mut state| async move {
@@ -46,21 +49,20 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
             let bytes = match tokio::time::timeout(heartbeat, state.events.next()).await {
                 Err(_) => Bytes::from_static(PING),
                 Ok(Some(Ok(event))) => {
-                    let frame = frame(&event);
-                    if is_terminal(&event.event_type) {
-                        state.finished = true;
-                        let mut both = frame.to_vec();
-                        both.extend_from_slice(DONE);
-                        Bytes::from(both)
-                    } else {
-                        frame
-                    }
+                    state.last_was_terminal = is_terminal(&event.event_type);
+                    frame(&event)
                 }
                 Ok(Some(Err(e))) => {
                     tracing::error!(error = %e, "cannot read events for a stream");
                     return None;
                 }
-                Ok(None) => return None,
+                Ok(None) => {
+                    state.finished = true;
+                    if !state.last_was_terminal {
+                        return None;
+                    }
+                    Bytes::from_static(DONE)
+                }
             };
             Some((Ok::<_, std::convert::Infallible>(bytes), state))
         },

@@ -135,6 +135,7 @@ impl EventHub {
             live,
             buffer: std::collections::VecDeque::new(),
             check_store: true,
+            after_terminal: false,
             ended: false,
         };
         futures_util::stream::unfold(follower, |mut f| async move {
@@ -159,6 +160,9 @@ struct Follower {
     buffer: std::collections::VecDeque<Arc<EventRecord>>,
     /// Whether the store may hold events the reader has not seen (at the start, after a gap).
     check_store: bool,
+    /// The last event delivered ended a segment (completed, paused, failed): the stream ends
+    /// unless the log goes on after it (a paused run that was resumed).
+    after_terminal: bool,
     ended: bool,
 }
 
@@ -170,6 +174,10 @@ impl Follower {
             }
             if self.ended {
                 return Ok(None);
+            }
+            if self.after_terminal {
+                self.ended = !self.fill_from_store().await?;
+                continue;
             }
             // Whatever is stored beyond `next` first (the backlog, or a gap).
             if self.check_store {
@@ -212,10 +220,7 @@ impl Follower {
 
     fn deliver(&mut self, event: Arc<EventRecord>) -> Arc<EventRecord> {
         self.next = event.sequence_number + 1;
-        if is_terminal(&event.event_type) {
-            self.ended = true;
-            self.buffer.clear();
-        }
+        self.after_terminal = is_terminal(&event.event_type) && self.buffer.is_empty();
         event
     }
 }

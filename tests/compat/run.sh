@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Client-compatibility tests for switchyard: the official `openai` SDKs for Python and Node
-# against a switchyard binary in front of the scripted fake-llm upstream.
+# Client-compatibility tests for switchyard: the official `openai` SDKs for Python and Node and
+# the OpenAI Agents SDK (`openai-agents`, Python) against a switchyard binary in front of the
+# scripted fake-llm upstream.
 #
 #   bash tests/compat/run.sh        (from the repository root, after `cargo build --release`)
 #
@@ -61,7 +62,7 @@ fi
 
 # ---------------------------------------------------------------- run
 py_status=0
-say "Python: openai $("$VENV/bin/python" -c 'import openai; print(openai.__version__)') with pytest"
+say "Python: $("$VENV/bin/python" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("openai", "openai-agents")))') with pytest"
 (cd "$COMPAT_DIR/python" && timeout "$RUN_TIMEOUT" "$VENV/bin/python" -m pytest -W error -v) || py_status=$?
 
 node_status=0

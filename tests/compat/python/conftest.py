@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import openai
@@ -11,16 +12,37 @@ from harness import HTTP_TIMEOUT_S, FakeLLM, Services, tail
 _log_files: list[Path] = []
 
 
-@pytest.fixture(scope="session")
-def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    """fake-llm and switchyard, started once per session on a fresh SQLite database."""
-    svc = Services(tmp_path_factory.mktemp("switchyard"))
+@contextmanager
+def running_services(tmp_path_factory: pytest.TempPathFactory, **settings: str) -> Iterator[Services]:
+    svc = Services(tmp_path_factory.mktemp("switchyard"), settings)
     _log_files.extend(svc.logs)
     try:
         svc.start()
         yield svc
     finally:
         svc.stop()
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """fake-llm and switchyard, started once per session on a fresh SQLite database."""
+    with running_services(tmp_path_factory) as svc:
+        yield svc
+
+
+# A paused run expires this long after the model's turn ended (SPEC §3, `expired`).
+SHORT_PAUSE_MS = 1000
+
+
+@pytest.fixture(scope="session")
+def short_pause_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """A second pair whose switchyard lets paused runs expire after SHORT_PAUSE_MS."""
+    with running_services(
+        tmp_path_factory,
+        SWITCHYARD__RUNS__REQUIRES_ACTION_TTL_MS=str(SHORT_PAUSE_MS),
+        SWITCHYARD__RUNS__SWEEP_INTERVAL_MS="100",
+    ) as svc:
+        yield svc
 
 
 @pytest.fixture(autouse=True)

@@ -237,10 +237,14 @@ class FakeLLM:
 
 
 class Services:
-    """fake-llm and switchyard as subprocesses, logs captured to files in `workdir`."""
+    """fake-llm and switchyard as subprocesses, logs captured to files in `workdir`.
 
-    def __init__(self, workdir: Path) -> None:
+    `settings` are extra `SWITCHYARD__…` variables for switchyard (SPEC §11).
+    """
+
+    def __init__(self, workdir: Path, settings: dict[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.settings = settings or {}
         self.fake_log = workdir / "fake-llm.log"
         self.switchyard_log = workdir / "switchyard.log"
         self._procs: list[tuple[subprocess.Popen[bytes], Any]] = []
@@ -290,6 +294,7 @@ class Services:
                 "SWITCHYARD__DATABASE__URL": f"sqlite://{self.workdir}/s.db",
                 "SWITCHYARD__LLM__BASE_URL": f"{self.fake_url}/v1",
                 "SWITCHYARD__LLM__API_KEY": "test",
+                **self.settings,
             }
         )
         switchyard = self._spawn([str(binary("SWITCHYARD_BIN", "switchyard"))], self.switchyard_log, env)

@@ -7,6 +7,7 @@ item); a local `@function_tool` is run by the SDK, which then sends a second req
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -26,7 +27,17 @@ from agents.items import MCPListToolsItem, MessageOutputItem, ToolCallItem, Tool
 from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_output_item import McpCall, McpListTools
 
-from harness import BUILTIN_SERVER, BUILTIN_TOOL_NAMES, HTTP_TIMEOUT_S, MODEL, FakeLLM, text_turn, tool_call_turn
+from harness import (
+    BUILTIN_SERVER,
+    BUILTIN_TOOL_NAMES,
+    HTTP_TIMEOUT_S,
+    MODEL,
+    FakeLLM,
+    Services,
+    request,
+    text_turn,
+    tool_call_turn,
+)
 
 INSTRUCTIONS = "Answer with the help of your tools."
 T = TypeVar("T")
@@ -234,6 +245,11 @@ def test_a_local_function_tool_runs_in_the_sdk_which_then_resends_the_whole_conv
     first = client.responses.retrieve(first_id)
     [call] = first.output
     assert (call.type, call.call_id) == ("function_call", "call_w")  # type: ignore[union-attr]
+    # The SDK never reads `required_action`: the first run is left waiting for outputs (SPEC §3).
+    assert first.status == "completed"
+    assert first.required_action["submit_tool_outputs"]["tool_calls"] == [  # type: ignore[attr-defined]
+        {"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    ]
     second = client.responses.retrieve(second_id)
     # By default the SDK does not chain (agents/run_internal/run_loop.py tracks a server-side
     # conversation only with previous_response_id, auto_previous_response_id or conversation_id):
@@ -271,3 +287,39 @@ def test_with_auto_previous_response_id_the_sdk_continues_the_chain_with_only_th
     assert first.status == "completed"
     assert first.required_action is None  # type: ignore[attr-defined]
     assert_the_model_saw_the_local_tool_result(fake)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=openai.APIResponseValidationError,
+    reason="SPEC-vs-SDK conflict: the run the SDK left waiting expires with incomplete_details.reason "
+    "'tool_outputs_expired' (SPEC §3), which is not in the SDK's Literal "
+    "(openai/types/responses/response.py IncompleteDetails.reason), so strict validation rejects the response",
+)
+def test_a_run_the_sdk_left_waiting_expires_into_a_response_that_parses_under_strict_validation(
+    short_pause_services: Services,
+) -> None:
+    fake = FakeLLM(short_pause_services.fake_url)
+    fake.reset()
+    script_weather(fake)
+    cities: list[str] = []
+
+    result = run(
+        short_pause_services.base_url,
+        lambda model: Runner.run(weather_agent(model, cities), "What is the weather in Paris?"),
+    )
+
+    first_id, _ = assert_the_sdk_ran_the_function_tool(result, cities)
+    assert_the_model_saw_the_local_tool_result(fake)
+    url = f"{short_pause_services.base_url}/v1/responses/{first_id}"
+    deadline = time.monotonic() + 10
+    while (body := request("GET", url).json())["status"] == "completed":
+        assert time.monotonic() < deadline, "the waiting run did not expire"
+        time.sleep(0.1)
+    # A response the client saw `completed` is now `incomplete` (SPEC §3: expired).
+    assert (body["status"], body["incomplete_details"]) == ("incomplete", {"reason": "tool_outputs_expired"})
+    with openai.OpenAI(
+        base_url=f"{short_pause_services.base_url}/v1", api_key="test", max_retries=0, _strict_response_validation=True
+    ) as strict_client:
+        expired = strict_client.responses.retrieve(first_id)  # raises APIResponseValidationError
+    assert expired.status == "incomplete"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import openai
-import pytest
 
 from harness import FUNCTION_CALL_ID, MODEL, FakeLLM, text_turn, tool_call_turn
 
@@ -99,12 +98,6 @@ def test_a_client_function_call_streams_live_and_the_client_continues_the_chain_
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="switchyard ends the run `completed` with `required_action: null` (SPEC §3, §7 B: persisted as "
-    "requires_action, `required_action` lists the call); the tested binary predates that work",
-)
 def test_a_client_function_call_leaves_the_response_waiting_with_required_action_naming_the_call(
     client: openai.OpenAI, fake: FakeLLM
 ) -> None:
