@@ -62,11 +62,23 @@ pub struct FetchUrlConfig {
     pub timeout_ms: u64,
 }
 
-/// An HTTP tool server: a set of tools, each backed by an HTTP endpoint.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+/// A tool server's settings; with `tools`, an HTTP tool server whose tools are each backed
+/// by an HTTP endpoint. `[tool_servers.builtin]` may set only `require_approval`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct ToolServerConfig {
+    /// Whether calls wait for the client's approval unless a request says otherwise.
+    #[serde(default)]
+    pub require_approval: ApprovalDefault,
     #[serde(default)]
     pub tools: Vec<HttpToolConfig>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDefault {
+    Always,
+    #[default]
+    Never,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

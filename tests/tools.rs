@@ -197,7 +197,7 @@ fn http_tool(name: &str, url: String, timeout_ms: Option<u64>) -> HttpToolConfig
 fn with_server(config: &mut Config, label: &str, tools: Vec<HttpToolConfig>) {
     config
         .tool_servers
-        .insert(label.into(), ToolServerConfig { tools });
+        .insert(label.into(), ToolServerConfig { tools, ..Default::default() });
 }
 
 #[tokio::test]

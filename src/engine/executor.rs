@@ -22,6 +22,8 @@ pub struct ServerCall {
     pub server_label: String,
     pub arguments: String,
     pub options: ToolOptions,
+    /// The approval request this call executes (or is denied) under.
+    pub approval_request_id: Option<String>,
 }
 
 /// Progress of a call, tagged with its slot (its place in the model's call order).

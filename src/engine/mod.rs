@@ -185,12 +185,18 @@ impl Engine {
             None => (Vec::new(), None),
         };
         let prepared = self.prepare(&request, &history, &input)?;
-        pause::check_outputs_match_calls(&history, &input)?;
+        let waiting = previous
+            .as_ref()
+            .filter(|p| p.state == RunState::RequiresAction)
+            .map(|p| pause::pending_approvals(&p.body))
+            .unwrap_or_default();
+        pause::check_outputs_match_calls(&history, &input, &waiting)?;
+        let mut decisions = Vec::new();
         if let Some(previous) = previous
             && previous.state == RunState::RequiresAction
         {
             // The standard continuation answers the paused run's calls (SPEC §9).
-            self.complete_by_continuation(previous, &input).await?;
+            decisions = self.complete_by_continuation(previous, &input).await?;
         }
 
         let id = ids::new(ids::RESPONSE);
@@ -221,6 +227,7 @@ impl Engine {
             next_sequence: 0,
             resumed: false,
             stream: request.stream == Some(true),
+            decisions,
         };
         Ok(self.launch(prepared, launch))
     }
@@ -342,6 +349,8 @@ impl Engine {
             cancelled,
             resumed: launch.resumed,
             pending: Vec::new(),
+            pending_approvals: Vec::new(),
+            decisions: launch.decisions,
         };
         let engine = self.clone();
         let tenant = launch.tenant_id;
@@ -735,4 +744,6 @@ struct Launch {
     next_sequence: u64,
     resumed: bool,
     stream: bool,
+    /// Approval answers to act on before the first model turn.
+    decisions: Vec<run::Decision>,
 }

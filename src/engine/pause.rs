@@ -11,9 +11,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::emitter::EventEmitter;
+use super::run::Decision;
 use super::{Engine, EngineError, Launch, StartedRun, close_incomplete, now_ms};
 use crate::protocol::events::Event;
-use crate::protocol::items::{CallOutput, FunctionCallOutput, Item, ToolOutput};
+use crate::protocol::items::{
+    CallOutput, FunctionCallOutput, Item, McpApprovalRequest, McpApprovalResponse, ToolOutput,
+};
 use crate::protocol::request::{CreateResponse, FieldError, SubmitToolOutputs};
 use crate::protocol::response::{IncompleteDetails, ResponseObject, ResponseStatus};
 use crate::store::{RunState, RunUpdate, StoreError, StoredRun};
@@ -58,10 +61,13 @@ fn quoted_list(ids: &[String]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// Every output in `input` must answer a call made earlier in the chain or in `input`.
+/// Every output in `input` must answer a call made earlier in the chain or in `input`, and
+/// every approval answer a request the previous run waits for (`pending`), so that an
+/// approved call runs once.
 pub(super) fn check_outputs_match_calls(
     history: &[Item],
     input: &[Item],
+    pending: &[McpApprovalRequest],
 ) -> Result<(), EngineError> {
     let calls: HashSet<String> = history
         .iter()
@@ -70,6 +76,18 @@ pub(super) fn check_outputs_match_calls(
         .map(|(id, _, _)| id)
         .collect();
     for (index, item) in input.iter().enumerate() {
+        if let Item::McpApprovalResponse(response) = item
+            && !pending.iter().any(|r| r.id == response.approval_request_id)
+        {
+            return Err(FieldError::new(
+                format!("input[{index}]"),
+                format!(
+                    "No pending approval request with id {}.",
+                    response.approval_request_id
+                ),
+            )
+            .into());
+        }
         if let Some((call_id, _)) = item.as_output()
             && !calls.contains(call_id)
         {
@@ -151,6 +169,23 @@ impl Engine {
             )
             .into());
         }
+        let requests = pending_approvals(&run.body);
+        let answers: Vec<(String, bool, Option<String>)> = submission
+            .tool_approvals
+            .iter()
+            .map(|a| (a.approval_request_id.clone(), a.approve, a.reason.clone()))
+            .collect();
+        let decisions = decisions(&requests, &answers).map_err(|got| {
+            let expected: Vec<String> = requests.iter().map(|r| r.id.clone()).collect();
+            EngineError::from(FieldError::new(
+                "tool_approvals",
+                format!(
+                    "Expected tool approvals for approval_request_ids {}, got {}",
+                    quoted_list(&expected),
+                    quoted_list(&got)
+                ),
+            ))
+        })?;
         // The outputs become input items of the run, in the order of its calls.
         let mut outputs: Vec<Item> = pending
             .iter()
@@ -164,6 +199,15 @@ impl Engine {
                 Some(output_item(call_id, kind, output))
             })
             .collect();
+        outputs.extend(decisions.iter().map(|d| {
+            Item::McpApprovalResponse(McpApprovalResponse {
+                id: String::new(),
+                approval_request_id: d.request.id.clone(),
+                approve: d.approve,
+                reason: d.reason.clone(),
+                status: None,
+            })
+        }));
         for item in &mut outputs {
             item.normalise();
         }
@@ -222,6 +266,7 @@ impl Engine {
             next_sequence,
             resumed: true,
             stream: submission.stream == Some(true),
+            decisions,
         };
         Ok(self.launch(prepared, launch))
     }
@@ -232,7 +277,7 @@ impl Engine {
         &self,
         previous: StoredRun,
         input: &[Item],
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<Decision>, EngineError> {
         let answered: HashSet<&str> = input
             .iter()
             .filter_map(Item::as_output)
@@ -247,6 +292,37 @@ impl Engine {
                 .into());
             }
         }
+        let requests = pending_approvals(&previous.body);
+        for request in &requests {
+            let answered = input.iter().any(|item| {
+                matches!(item, Item::McpApprovalResponse(r) if r.approval_request_id == request.id)
+            });
+            if !answered {
+                return Err(FieldError::new(
+                    "input",
+                    format!(
+                        "No approval response found for approval request {}.",
+                        request.id
+                    ),
+                )
+                .into());
+            }
+        }
+        let answers: Vec<(String, bool, Option<String>)> = input
+            .iter()
+            .filter_map(|item| match item {
+                Item::McpApprovalResponse(r) => {
+                    Some((r.approval_request_id.clone(), r.approve, r.reason.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let decisions = decisions(&requests, &answers).map_err(|_| {
+            EngineError::from(FieldError::new(
+                "input",
+                "Each approval request must be answered exactly once.",
+            ))
+        })?;
         let mut body = previous.body.clone();
         body.required_action = None;
         let update = RunUpdate {
@@ -264,7 +340,7 @@ impl Engine {
             .transition(&body.id, RunState::RequiresAction, RunState::Completed, &update)
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(decisions),
             Err(StoreError::Conflict { actual }) => Err(FieldError::new(
                 "previous_response_id",
                 format!(
@@ -416,11 +492,54 @@ fn output_item(call_id: &str, kind: &str, output: ToolOutput) -> Item {
     }
 }
 
-/// `{"type": "submit_tool_outputs", …}` as stored.
-pub(super) fn required_action(expires_at_ms: i64, tool_calls: Vec<Value>) -> Value {
-    json!({
+/// `{"type": "submit_tool_outputs", …}` as stored. Approval requests are listed beside the
+/// calls (an extension), answered with `tool_approvals`.
+pub(super) fn required_action(
+    expires_at_ms: i64,
+    tool_calls: Vec<Value>,
+    approvals: Vec<Value>,
+) -> Value {
+    let mut action = json!({
         "type": "submit_tool_outputs",
         "expires_at": expires_at_ms / 1000,
         "submit_tool_outputs": {"tool_calls": tool_calls},
-    })
+    });
+    if !approvals.is_empty() {
+        action["submit_tool_outputs"]["approval_requests"] = Value::Array(approvals);
+    }
+    action
+}
+
+/// The approval requests a paused run waits for.
+pub(super) fn pending_approvals(body: &ResponseObject) -> Vec<McpApprovalRequest> {
+    body.required_action
+        .as_ref()
+        .and_then(|action| action.pointer("/submit_tool_outputs/approval_requests"))
+        .and_then(|requests| serde_json::from_value(requests.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The answers in `answers` (approval request id, approve, reason) for every pending request;
+/// each must be answered exactly once.
+fn decisions(
+    pending: &[McpApprovalRequest],
+    answers: &[(String, bool, Option<String>)],
+) -> Result<Vec<Decision>, Vec<String>> {
+    let expected: HashSet<&str> = pending.iter().map(|r| r.id.as_str()).collect();
+    let given: Vec<&str> = answers.iter().map(|(id, _, _)| id.as_str()).collect();
+    let unique: HashSet<&str> = given.iter().copied().collect();
+    if unique.len() != given.len() || unique != expected {
+        return Err(given.iter().map(|s| s.to_string()).collect());
+    }
+    Ok(pending
+        .iter()
+        .filter_map(|request| {
+            let (_, approve, reason) = answers.iter().find(|(id, _, _)| *id == request.id)?;
+            Some(Decision {
+                request: request.clone(),
+                approve: *approve,
+                reason: reason.clone(),
+            })
+        })
+        .collect())
 }

@@ -2,7 +2,7 @@
 //! executed concurrently and presented one item at a time, then the final state stored before
 //! the terminal event is sent.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -22,8 +22,8 @@ use crate::llm::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest};
 use crate::protocol::events::{ErrorDetail, Event};
 use crate::protocol::ids;
 use crate::protocol::items::{
-    ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall, McpCall,
-    McpListTools, McpToolInfo, Message, OutputText, Role, ShellAction,
+    ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall,
+    McpApprovalRequest, McpCall, McpListTools, McpToolInfo, Message, OutputText, Role, ShellAction,
 };
 use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{
@@ -129,6 +129,18 @@ pub(super) struct RunTask {
     pub resumed: bool,
     /// The client calls this run waits for, as `required_action` lists them.
     pub pending: Vec<Value>,
+    /// The approval requests it waits for, likewise.
+    pub pending_approvals: Vec<Value>,
+    /// The client's answers to earlier approval requests, acted on before the next turn.
+    pub decisions: Vec<Decision>,
+}
+
+/// The client's answer to an approval request.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub request: McpApprovalRequest,
+    pub approve: bool,
+    pub reason: Option<String>,
 }
 
 /// The assistant message being streamed.
@@ -140,7 +152,6 @@ struct OpenMessage {
 
 /// A tool call while the model streams it.
 struct PendingCall {
-    index: u32,
     call_id: String,
     name: String,
     arguments: String,
@@ -151,7 +162,12 @@ struct PendingCall {
 /// What a model turn produced.
 struct Turn {
     finish: Option<FinishReason>,
+    /// Client calls emitted this turn (the run pauses for them).
     client_calls: usize,
+    /// Approval requests emitted this turn (the run pauses for them too).
+    approvals: usize,
+    /// Calls accepted this turn, for `parallel_tool_calls: false`.
+    accepted: usize,
     calls: TurnCalls,
 }
 
@@ -208,8 +224,60 @@ impl RunTask {
         }
     }
 
+    /// Acts on the client's approval answers: approved calls execute now (once: an answer is
+    /// only taken while the run waits for it), denied ones become results saying so.
+    async fn resolve_approvals(&mut self) -> Result<(), Ending> {
+        let decisions = std::mem::take(&mut self.decisions);
+        if decisions.is_empty() {
+            return Ok(());
+        }
+        let mut calls = TurnCalls::new(self.limits.max_concurrency);
+        for decision in decisions {
+            let entry = self.tools.get(&decision.request.name).cloned();
+            let call = ServerCall {
+                name: decision.request.name.clone(),
+                server_label: decision.request.server_label.clone(),
+                arguments: decision.request.arguments.clone(),
+                options: match entry.as_ref().map(|e| &e.executor) {
+                    Some(Executor::Server(tool)) => tool.options.clone(),
+                    _ => Default::default(),
+                },
+                approval_request_id: Some(decision.request.id.clone()),
+            };
+            match (decision.approve, entry.map(|e| e.executor)) {
+                (true, Some(Executor::Server(tool))) => {
+                    self.tool_calls_used += 1;
+                    let context = ToolContext {
+                        response_id: self.body.id.clone(),
+                        call_id: decision.request.id.clone(),
+                        tenant_id: self.tenant_id.clone(),
+                        cancel: self.stop.child_token(),
+                    };
+                    calls.start(call, tool, context);
+                }
+                (true, _) => {
+                    let reason = format!("The tool '{}' is no longer available.", call.name);
+                    calls.refuse(call, reason);
+                }
+                (false, _) => {
+                    let reason = match decision.reason.as_deref() {
+                        Some(reason) if !reason.is_empty() => {
+                            format!("The user denied this call: {reason}")
+                        }
+                        _ => "The user denied this call.".to_string(),
+                    };
+                    calls.refuse(call, reason);
+                }
+            }
+        }
+        self.present(calls).await.map(|_| ())
+    }
+
     /// Model turns until the model answers without server tools, or a limit is reached.
     async fn turns(&mut self) -> Ending {
+        if let Err(ending) = self.resolve_approvals().await {
+            return ending;
+        }
         let max_turns = self.limits.max_turns.max(1);
         for turn in 1..=max_turns {
             let turn_result = match self.model_turn().await {
@@ -239,7 +307,7 @@ impl RunTask {
                 Some(FinishReason::ContentFilter) => return Ending::Incomplete("content_filter"),
                 _ => {}
             }
-            if turn_result.client_calls > 0 {
+            if turn_result.client_calls > 0 || turn_result.approvals > 0 {
                 // The client executes its calls; the run waits for their outputs.
                 return Ending::RequiresAction;
             }
@@ -283,18 +351,18 @@ impl RunTask {
         let mut turn = Turn {
             finish: None,
             client_calls: 0,
+            approvals: 0,
+            accepted: 0,
             calls: TurnCalls::new(self.limits.max_concurrency),
         };
         let mut open: Option<OpenMessage> = None;
-        let mut current: Option<PendingCall> = None;
+        // Calls by their index: chunks of several calls may interleave.
+        let mut calls: BTreeMap<u32, PendingCall> = BTreeMap::new();
         loop {
             let next = tokio::select! {
                 _ = self.stop.cancelled() => {
                     self.close_message(open.take(), ItemStatus::Incomplete).await;
-                    if let Some((output_index, _)) = current.as_ref().and_then(|c| c.live.clone()) {
-                        self.close_function_call(current.take(), output_index, ItemStatus::Incomplete)
-                            .await;
-                    }
+                    self.close_live(&mut calls, ItemStatus::Incomplete).await;
                     return Err(self.stop_ending());
                 }
                 next = stream.next() => next,
@@ -302,9 +370,8 @@ impl RunTask {
             let Some(next) = next else { break };
             match next {
                 Ok(ModelEvent::TextDelta(delta)) => {
-                    if let Some(call) = current.take() {
-                        self.finish_call(call, &mut turn).await;
-                    }
+                    // Text after calls: the calls are complete.
+                    self.finish_calls(&mut calls, &mut turn).await;
                     let message = match &mut open {
                         Some(message) => message,
                         None => open.insert(self.open_message().await),
@@ -325,23 +392,30 @@ impl RunTask {
                     name,
                     arguments,
                 }) => {
-                    if current.as_ref().map(|c| c.index) != Some(index) {
-                        // A new call: the message and the previous call are complete.
-                        self.close_message(open.take(), ItemStatus::Completed).await;
-                        if let Some(call) = current.take() {
-                            self.finish_call(call, &mut turn).await;
-                        }
-                        current = Some(PendingCall {
-                            index,
-                            call_id: id.unwrap_or_else(|| ids::new(ids::CALL)),
-                            name: String::new(),
-                            arguments: String::new(),
-                            live: None,
-                        });
+                    self.close_message(open.take(), ItemStatus::Completed).await;
+                    let call = calls.entry(index).or_insert_with(|| PendingCall {
+                        call_id: id.unwrap_or_else(|| ids::new(ids::CALL)),
+                        name: String::new(),
+                        arguments: String::new(),
+                        live: None,
+                    });
+                    if call.name.is_empty()
+                        && let Some(name) = name
+                    {
+                        call.name = name;
                     }
-                    if let Some(call) = current.as_mut() {
-                        self.extend_call(call, name, arguments, &turn).await;
+                    call.arguments.push_str(&arguments);
+                    if let Some((output_index, item_id)) = call.live.clone()
+                        && !arguments.is_empty()
+                    {
+                        let event = Event::FunctionCallArgumentsDelta {
+                            item_id,
+                            output_index,
+                            delta: arguments,
+                        };
+                        self.emitter.emit(event).await;
                     }
+                    self.settle_calls(&mut calls, Some(index), &mut turn).await;
                 }
                 Ok(ModelEvent::Usage(usage)) => self.usage.add(&usage),
                 Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
@@ -350,14 +424,7 @@ impl RunTask {
                 Err(e) => {
                     self.close_message(open.take(), ItemStatus::Incomplete)
                         .await;
-                    if let Some((output_index, _)) = current.as_ref().and_then(|c| c.live.clone()) {
-                        self.close_function_call(
-                            current.take(),
-                            output_index,
-                            ItemStatus::Incomplete,
-                        )
-                        .await;
-                    }
+                    self.close_live(&mut calls, ItemStatus::Incomplete).await;
                     return Err(upstream_ending(e));
                 }
             }
@@ -367,16 +434,93 @@ impl RunTask {
             _ => ItemStatus::Completed,
         };
         self.close_message(open.take(), status).await;
-        if let Some(call) = current.take() {
-            self.finish_call(call, &mut turn).await;
-        }
+        self.finish_calls(&mut calls, &mut turn).await;
         Ok(turn)
+    }
+
+    /// While the model streams: calls other than the one receiving chunks are complete once
+    /// their arguments parse as JSON; server calls among them start at once. A client
+    /// function call streams live as its `function_call` item while no other item is open.
+    async fn settle_calls(
+        &mut self,
+        calls: &mut BTreeMap<u32, PendingCall>,
+        streaming: Option<u32>,
+        turn: &mut Turn,
+    ) {
+        let live = calls
+            .iter()
+            .find(|(_, c)| c.live.is_some())
+            .map(|(i, _)| *i);
+        let complete: Vec<u32> = calls
+            .iter()
+            .filter(|(index, call)| {
+                Some(**index) != streaming
+                    && arguments_complete(&call.arguments)
+                    // An item may not open while another is open.
+                    && (live.is_none() || live == Some(**index) || !self.emits_item(call))
+            })
+            .map(|(index, _)| *index)
+            .collect();
+        for index in complete {
+            if let Some(call) = calls.remove(&index) {
+                self.finish_call(call, turn).await;
+            }
+        }
+        if calls.values().all(|c| c.live.is_none())
+            && let Some(call) = calls.values_mut().find(|c| {
+                !c.name.is_empty() && self.client_kind(&c.name) == Some(ClientKind::Function)
+            })
+            && self.accepts_call(turn)
+        {
+            turn.accepted += 1;
+            self.open_function_call(call).await;
+        }
+    }
+
+    /// The end of the model's turn: every call is complete; the live one closes first.
+    async fn finish_calls(&mut self, calls: &mut BTreeMap<u32, PendingCall>, turn: &mut Turn) {
+        if let Some(index) = calls
+            .iter()
+            .find(|(_, c)| c.live.is_some())
+            .map(|(i, _)| *i)
+            && let Some(call) = calls.remove(&index)
+        {
+            self.finish_call(call, turn).await;
+        }
+        while let Some((_, call)) = calls.pop_first() {
+            self.finish_call(call, turn).await;
+        }
+    }
+
+    /// Closes an open `function_call` item as it stands (the turn ended early).
+    async fn close_live(&mut self, calls: &mut BTreeMap<u32, PendingCall>, status: ItemStatus) {
+        if let Some(index) = calls
+            .iter()
+            .find(|(_, c)| c.live.is_some())
+            .map(|(i, _)| *i)
+            && let Some(call) = calls.remove(&index)
+            && let Some((output_index, _)) = call.live.clone()
+        {
+            self.close_function_call(Some(call), output_index, status)
+                .await;
+        }
+    }
+
+    /// Whether finishing this call puts an item on the stream now (client calls, approval
+    /// requests) rather than later (server calls are shown after the model's turn).
+    fn emits_item(&self, call: &PendingCall) -> bool {
+        match self.tools.get(&call.name) {
+            Some(entry) if entry.callable => {
+                matches!(entry.executor, Executor::Client(_)) || entry.needs_approval
+            }
+            _ => false,
+        }
     }
 
     /// Whether one more call may be accepted this turn (`parallel_tool_calls: false` allows
     /// one).
     fn accepts_call(&self, turn: &Turn) -> bool {
-        self.limits.parallel_tool_calls || turn.client_calls + turn.calls.calls.len() == 0
+        self.limits.parallel_tool_calls || turn.accepted == 0
     }
 
     /// The item type of a callable client tool.
@@ -399,39 +543,8 @@ impl RunTask {
         }
     }
 
-    /// Adds a piece of a call; a client call opens its `function_call` item once its name is
-    /// known and streams its arguments live.
-    async fn extend_call(
-        &mut self,
-        call: &mut PendingCall,
-        name: Option<String>,
-        arguments: String,
-        turn: &Turn,
-    ) {
-        if call.name.is_empty()
-            && let Some(name) = name
-        {
-            call.name = name;
-        }
-        call.arguments.push_str(&arguments);
-        if let Some((output_index, item_id)) = &call.live {
-            if !arguments.is_empty() {
-                let event = Event::FunctionCallArgumentsDelta {
-                    item_id: item_id.clone(),
-                    output_index: *output_index,
-                    delta: arguments,
-                };
-                self.emitter.emit(event).await;
-            }
-            return;
-        }
-        // Function calls stream live; custom and shell calls appear once complete.
-        if call.name.is_empty()
-            || self.client_kind(&call.name) != Some(ClientKind::Function)
-            || !self.accepts_call(turn)
-        {
-            return;
-        }
+    /// Opens a client function call's item and sends the arguments received so far.
+    async fn open_function_call(&mut self, call: &mut PendingCall) {
         let item_id = ids::new(ids::FUNCTION_CALL);
         let output_index = self.body.output.len();
         let item = Item::FunctionCall(FunctionCall {
@@ -456,35 +569,15 @@ impl RunTask {
         call.live = Some((output_index, item_id));
     }
 
-    /// A call's arguments are complete: a client call's item is closed; a server call starts
-    /// executing (or is refused, with the reason as its result).
-    async fn finish_call(&mut self, call: PendingCall, turn: &mut Turn) {
+    /// A call's arguments are complete: a client call's item is closed (or emitted whole); a
+    /// server call starts executing, waits for approval, or is refused with the reason as
+    /// its result.
+    async fn finish_call(&mut self, mut call: PendingCall, turn: &mut Turn) {
         if let Some((output_index, _)) = call.live.clone() {
             self.close_function_call(Some(call), output_index, ItemStatus::Completed)
                 .await;
             turn.client_calls += 1;
             return;
-        }
-        if let Some(kind) = self.client_kind(&call.name)
-            && kind != ClientKind::Function
-            && self.accepts_call(turn)
-        {
-            match self.client_item(kind, &call).await {
-                Ok(()) => {
-                    turn.client_calls += 1;
-                    return;
-                }
-                Err(reason) => {
-                    let refused = ServerCall {
-                        name: call.name.clone(),
-                        server_label: "switchyard".into(),
-                        arguments: call.arguments.clone(),
-                        options: Default::default(),
-                    };
-                    turn.calls.refuse(refused, reason);
-                    return;
-                }
-            }
         }
         let entry = self.tools.get(&call.name).cloned();
         let server_label = entry
@@ -500,6 +593,7 @@ impl RunTask {
             server_label,
             arguments: call.arguments.clone(),
             options,
+            approval_request_id: None,
         };
         let refusal = match &entry {
             None => Some(format!(
@@ -514,7 +608,11 @@ impl RunTask {
                 "Only one tool call per turn is allowed (parallel_tool_calls is false); this call was not executed. Call it again on its own."
                     .to_string(),
             ),
-            Some(_) if self.limits.max_tool_calls.is_some_and(|max| self.tool_calls_used >= max) => {
+            Some(entry)
+                if matches!(entry.executor, Executor::Server(_))
+                    && !entry.needs_approval
+                    && self.limits.max_tool_calls.is_some_and(|max| self.tool_calls_used >= max) =>
+            {
                 Some(format!(
                     "The limit of {} tool calls for this response is reached; this call was not executed.",
                     self.limits.max_tool_calls.unwrap_or_default()
@@ -522,8 +620,31 @@ impl RunTask {
             }
             Some(_) => None,
         };
-        match (refusal, entry.map(|e| e.executor)) {
-            (None, Some(Executor::Server(tool))) => {
+        if let Some(reason) = refusal {
+            turn.calls.refuse(server_call, reason);
+            return;
+        }
+        turn.accepted += 1;
+        match entry.map(|e| (e.executor, e.needs_approval)) {
+            Some((Executor::Client(ClientKind::Function), _)) => {
+                self.open_function_call(&mut call).await;
+                if let Some((output_index, _)) = call.live.clone() {
+                    self.close_function_call(Some(call), output_index, ItemStatus::Completed)
+                        .await;
+                }
+                turn.client_calls += 1;
+            }
+            Some((Executor::Client(kind), _)) => match self.client_item(kind, &call).await {
+                Ok(()) => turn.client_calls += 1,
+                Err(reason) => {
+                    turn.calls.refuse(server_call, reason);
+                }
+            },
+            Some((Executor::Server(_), true)) => {
+                self.approval_request(&server_call).await;
+                turn.approvals += 1;
+            }
+            Some((Executor::Server(tool), false)) => {
                 self.tool_calls_used += 1;
                 let context = ToolContext {
                     response_id: self.body.id.clone(),
@@ -533,14 +654,40 @@ impl RunTask {
                 };
                 turn.calls.start(server_call, tool, context);
             }
-            (reason, _) => {
-                // A client call the turn cannot take (the parallel rule) is refused the same way.
-                let reason = reason.unwrap_or_else(|| {
-                    "Only one tool call per turn is allowed (parallel_tool_calls is false); this call was not executed. Call it again on its own.".to_string()
-                });
-                turn.calls.refuse(server_call, reason);
-            }
+            None => {}
         }
+    }
+
+    /// A server call that needs the client's approval: an `mcp_approval_request` item, and
+    /// the run will pause for the answer.
+    async fn approval_request(&mut self, call: &ServerCall) {
+        let output_index = self.body.output.len();
+        let request = McpApprovalRequest {
+            id: ids::new(ids::MCP_APPROVAL_REQUEST),
+            server_label: call.server_label.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            status: Some(ItemStatus::Completed),
+        };
+        self.pending_approvals.push(json!({
+            "id": request.id, "server_label": request.server_label,
+            "name": request.name, "arguments": request.arguments,
+        }));
+        let item = Item::McpApprovalRequest(request);
+        self.body.output.push(item.clone());
+        self.emitter
+            .emit(Event::OutputItemAdded {
+                output_index,
+                item: item.clone(),
+            })
+            .await;
+        self.emitter
+            .emit(Event::OutputItemDone {
+                output_index,
+                item: item.clone(),
+            })
+            .await;
+        self.transcript.push(item);
     }
 
     async fn close_function_call(
@@ -960,6 +1107,7 @@ impl RunTask {
                 self.body.required_action = Some(super::pause::required_action(
                     deadline,
                     std::mem::take(&mut self.pending),
+                    std::mem::take(&mut self.pending_approvals),
                 ));
                 (RunState::RequiresAction, None)
             }
@@ -1026,6 +1174,11 @@ impl RunTask {
     }
 }
 
+/// Whether streamed arguments form a whole JSON value (a call with no arguments sends none).
+fn arguments_complete(arguments: &str) -> bool {
+    arguments.trim().is_empty() || serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
+}
+
 /// The call id of a client call item.
 fn item_call_id(item: &Item) -> String {
     item.as_call().map(|(id, _, _)| id).unwrap_or_default()
@@ -1064,7 +1217,7 @@ fn call_item(call: &ServerCall, id: String, result: &ToolResult) -> McpCall {
         output,
         error,
         status: Some(status),
-        approval_request_id: None,
+        approval_request_id: call.approval_request_id.clone(),
         data: result.data.clone(),
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::llm::ToolSpec;
 use crate::protocol::items::McpToolInfo;
 use crate::protocol::request::FieldError;
-use crate::protocol::tools::{AllowedRef, ToolChoice, ToolDecl};
+use crate::protocol::tools::{AllowedRef, ApprovalPolicy, ToolChoice, ToolDecl};
 use crate::tools::ToolKind;
 use crate::tools::registry::{RegisteredTool, ToolRegistry, compile_schema};
 
@@ -64,6 +64,8 @@ pub struct ToolEntry {
     spec: ToolSpec,
     /// Shown to the model (and so callable) under `tool_choice`.
     pub callable: bool,
+    /// A server call of this tool waits for the client's approval.
+    pub needs_approval: bool,
 }
 
 /// The resolved tools of a run.
@@ -134,6 +136,7 @@ impl ToolSet {
                                 strict: function.strict,
                             },
                             callable: true,
+                            needs_approval: false,
                         },
                     )?;
                 }
@@ -155,6 +158,7 @@ impl ToolSet {
                             strict: None,
                         },
                         callable: true,
+                        needs_approval: false,
                     })?;
                 }
                 ToolDecl::LocalShell => {
@@ -177,6 +181,7 @@ impl ToolSet {
                                 strict: None,
                             },
                             callable: true,
+                            needs_approval: false,
                         },
                     )?;
                 }
@@ -207,16 +212,13 @@ impl ToolSet {
                             ),
                         ));
                     }
-                    match mcp.require_approval.as_ref() {
-                        None | Some(Value::Null) => {}
-                        Some(Value::String(never)) if never == "never" => {}
-                        Some(_) => {
-                            return Err(FieldError::new(
-                                format!("{path}.require_approval"),
-                                "Approvals are not supported yet; use 'never'.",
-                            ));
-                        }
-                    }
+                    let policy = match mcp.require_approval.as_ref() {
+                        None | Some(Value::Null) => None,
+                        Some(value) => Some(ApprovalPolicy::parse(
+                            value,
+                            &format!("{path}.require_approval"),
+                        )?),
+                    };
                     let allowed = mcp.allowed_tools.as_ref().and_then(|a| a.names());
                     if let Some(names) = allowed {
                         for name in names {
@@ -250,6 +252,11 @@ impl ToolSet {
                             ToolKind::Executed => Executor::Server(tool.clone()),
                             ToolKind::DefinitionOnly => Executor::Client(ClientKind::Function),
                         };
+                        let default = server.requires_approval;
+                        let needs_approval = matches!(executor, Executor::Server(_))
+                            && policy
+                                .as_ref()
+                                .map_or(default, |p| p.requires(tool.name(), default));
                         set.add(
                             &mut sources,
                             tool.name(),
@@ -260,6 +267,7 @@ impl ToolSet {
                                 server_label: Some(label.clone()),
                                 spec,
                                 callable: true,
+                                needs_approval,
                             },
                         )?;
                     }

@@ -64,6 +64,74 @@ pub enum AllowedTools {
     },
 }
 
+/// `require_approval`: `"always"`, `"never"`, or per-tool lists.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApprovalPolicy {
+    Always,
+    Never,
+    /// Tools listed under `always` / `never`; the others follow the server's default.
+    Filter {
+        always: Vec<String>,
+        never: Vec<String>,
+    },
+}
+
+impl ApprovalPolicy {
+    pub fn parse(value: &Value, param: &str) -> Result<ApprovalPolicy, FieldError> {
+        let names = |key: &str| -> Result<Vec<String>, FieldError> {
+            match value.get(key) {
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(filter) => match filter.get("tool_names") {
+                    Some(Value::Array(names)) => names
+                        .iter()
+                        .map(|n| {
+                            n.as_str().map(str::to_string).ok_or_else(|| {
+                                FieldError::new(
+                                    format!("{param}.{key}.tool_names"),
+                                    "Expected an array of tool names.",
+                                )
+                            })
+                        })
+                        .collect(),
+                    _ => Err(FieldError::new(
+                        format!("{param}.{key}"),
+                        format!("Expected {{\"tool_names\": [...]}} for '{param}.{key}'."),
+                    )),
+                },
+            }
+        };
+        match value {
+            Value::String(mode) if mode == "always" => Ok(ApprovalPolicy::Always),
+            Value::String(mode) if mode == "never" => Ok(ApprovalPolicy::Never),
+            Value::Object(_) => Ok(ApprovalPolicy::Filter {
+                always: names("always")?,
+                never: names("never")?,
+            }),
+            _ => Err(FieldError::new(
+                param,
+                "Invalid value: expected 'always', 'never' or {\"always\": {\"tool_names\": [...]}, \"never\": {\"tool_names\": [...]}}.",
+            )),
+        }
+    }
+
+    /// Whether calls of `tool` wait for approval, given the server's default.
+    pub fn requires(&self, tool: &str, default: bool) -> bool {
+        match self {
+            ApprovalPolicy::Always => true,
+            ApprovalPolicy::Never => false,
+            ApprovalPolicy::Filter { always, never } => {
+                if always.iter().any(|n| n == tool) {
+                    true
+                } else if never.iter().any(|n| n == tool) {
+                    false
+                } else {
+                    default
+                }
+            }
+        }
+    }
+}
+
 impl AllowedTools {
     pub fn names(&self) -> Option<&[String]> {
         match self {

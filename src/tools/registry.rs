@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::http::HttpTool;
 use super::{ToolHandler, ToolKind, ToolOptions, builtin};
-use crate::config::Config;
+use crate::config::{ApprovalDefault, Config};
 
 /// The server label of the compiled-in handlers.
 pub const BUILTIN: &str = "builtin";
@@ -85,10 +85,12 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::validator_for(schema).map_err(|e| e.to_string())
 }
 
-/// One tool server: its label and tools in registration order.
+/// One tool server: its label, tools in registration order, and whether its calls wait for
+/// approval by default.
 pub struct ToolServer {
     pub label: String,
     pub tools: Vec<Arc<RegisteredTool>>,
+    pub requires_approval: bool,
 }
 
 pub struct ToolRegistry {
@@ -126,13 +128,13 @@ impl ToolRegistry {
             builder.register(&label, handler)?;
         }
         for (label, server) in &config.tool_servers {
-            if label == BUILTIN {
+            if label == BUILTIN && !server.tools.is_empty() {
                 return Err(RegistryError::Config(
                     label.clone(),
-                    "the label 'builtin' is reserved for the compiled-in tools".into(),
+                    "the label 'builtin' is reserved for the compiled-in tools; it takes only require_approval".into(),
                 ));
             }
-            builder.server(label);
+            builder.requires_approval(label, server.require_approval == ApprovalDefault::Always);
             for tool in &server.tools {
                 let handler = HttpTool::from_config(tool)
                     .map_err(|message| RegistryError::Config(label.clone(), message))?;
@@ -169,7 +171,17 @@ impl ToolRegistryBuilder {
             .or_insert_with(|| ToolServer {
                 label: label.to_string(),
                 tools: Vec::new(),
+                requires_approval: false,
             });
+        self
+    }
+
+    /// Sets whether a server's calls wait for approval by default.
+    pub fn requires_approval(&mut self, label: &str, required: bool) -> &mut Self {
+        self.server(label);
+        if let Some(server) = self.servers.get_mut(label) {
+            server.requires_approval = required;
+        }
         self
     }
 
