@@ -727,3 +727,211 @@ async fn a_continuation_answers_a_paused_run_with_each_output_type() {
         r#"{"input":"SELECT 1"}"#
     );
 }
+
+fn guarded(policy: Value) -> Value {
+    json!({"type": "mcp", "server_label": "builtin", "require_approval": policy})
+}
+
+#[tokio::test]
+async fn an_approved_call_runs_once_after_the_approval_and_the_model_sees_its_result() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "calculator",
+        r#"{"expression": "6 * 7"}"#,
+    ));
+    app.llm.push(Turn::text("It is 42"));
+    let first = app.stream(&ask(json!([guarded(json!("always"))]))).await;
+    assert_numbering(&first);
+    let paused = &first.last().data["response"];
+    let types: Vec<&str> = paused["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["mcp_list_tools", "mcp_approval_request"]);
+    let request = &paused["output"][1];
+    let request_id = request["id"].as_str().unwrap();
+    assert!(request_id.starts_with("mcpr_"));
+    assert_eq!(request["name"], "calculator");
+    assert_eq!(request["arguments"], r#"{"expression": "6 * 7"}"#);
+    let action = &paused["required_action"]["submit_tool_outputs"];
+    assert_eq!(action["tool_calls"], json!([]));
+    assert_eq!(
+        action["approval_requests"],
+        json!([{"id": request_id, "server_label": "builtin",
+        "name": "calculator", "arguments": "{\"expression\": \"6 * 7\"}"}])
+    );
+    assert!(
+        !first.types().contains(&"response.mcp_call.in_progress"),
+        "nothing ran before the approval"
+    );
+
+    let id = first.response_id();
+    let (status, reply) = submit(&app, &id, json!({"tool_outputs": []})).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        reply["error"]["message"],
+        format!("Expected tool approvals for approval_request_ids ['{request_id}'], got []")
+    );
+
+    let resumed = submit_stream(
+        &app,
+        &id,
+        json!({"tool_approvals": [{"approval_request_id": request_id, "approve": true}]}),
+    )
+    .await;
+    assert_eq!(resumed.status, 200, "{}", resumed.raw);
+    let call = resumed
+        .events
+        .iter()
+        .find(|e| e.event == "response.output_item.done")
+        .unwrap();
+    assert_eq!(call.data["item"]["type"], "mcp_call");
+    assert_eq!(call.data["item"]["approval_request_id"], request_id);
+    assert_eq!(call.data["item"]["output"], "42");
+    assert_eq!(resumed.last().data["response"]["status"], "completed");
+    let messages = &app.llm.requests()[1]["messages"];
+    assert_eq!(
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .count(),
+        1
+    );
+    assert!(
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool" && m["content"] == "42")
+    );
+
+    // The same approval again: the run is not waiting any more.
+    let (status, reply) = submit(
+        &app,
+        &id,
+        json!({"tool_approvals": [{"approval_request_id": request_id, "approve": true}]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        reply["error"]["message"],
+        "Runs in status \"completed\" do not accept tool outputs."
+    );
+}
+
+#[tokio::test]
+async fn a_denied_call_is_reported_to_the_model_and_a_continuation_cannot_approve_twice() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_calls(&[
+        ("call_1", "fetch_url", r#"{"url": "https://example.com"}"#),
+        ("call_2", "get_weather", r#"{"city": "Paris"}"#),
+    ]));
+    app.llm.push(Turn::text("Understood"));
+    let tools = json!([
+        guarded(json!({"always": {"tool_names": ["fetch_url"]}})),
+        weather_tool()
+    ]);
+    let (_, paused) = app.post("/v1/responses", &ask(tools)).await;
+    let action = &paused["required_action"]["submit_tool_outputs"];
+    assert_eq!(
+        action["tool_calls"][0]["id"], "call_2",
+        "a pause can hold a client call and an approval"
+    );
+    let request_id = action["approval_requests"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let previous = paused["id"].clone();
+    let continuation = |input: Value| json!({"model": "gpt-4o-mini", "previous_response_id": previous, "input": input});
+
+    let without_approval =
+        json!([{"type": "function_call_output", "call_id": "call_2", "output": "sunny"}]);
+    let (status, reply) = app
+        .post("/v1/responses", &continuation(without_approval))
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        reply["error"]["message"],
+        format!("No approval response found for approval request {request_id}.")
+    );
+
+    let answer = json!([
+        {"type": "function_call_output", "call_id": "call_2", "output": "sunny"},
+        {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": false, "reason": "not today"},
+    ]);
+    let (status, next) = app
+        .post("/v1/responses", &continuation(answer.clone()))
+        .await;
+    assert_eq!(status, 200, "{next}");
+    let denied = next["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap();
+    assert_eq!(denied["status"], "failed");
+    assert_eq!(denied["approval_request_id"], request_id.as_str());
+    assert_eq!(
+        denied["error"]["content"],
+        "The user denied this call: not today"
+    );
+    let messages = &app.llm.requests()[1]["messages"];
+    assert!(
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["content"] == "Error: The user denied this call: not today")
+    );
+
+    // Sending the answer again would run (or deny) the call twice: refused.
+    let (status, reply) = app.post("/v1/responses", &continuation(answer)).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        reply["error"]["message"],
+        format!("No pending approval request with id {request_id}.")
+    );
+    assert_eq!(reply["error"]["param"], "input[1]");
+}
+
+#[tokio::test]
+async fn a_server_configured_to_require_approval_pauses_unless_the_request_says_never() {
+    let app = spawn_app_with(|c| {
+        c.tool_servers.insert(
+            "builtin".into(),
+            switchyard::config::ToolServerConfig {
+                require_approval: switchyard::config::ApprovalDefault::Always,
+                tools: vec![],
+            },
+        );
+    })
+    .await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "calculator",
+        r#"{"expression": "1+1"}"#,
+    ));
+    let (_, paused) = app
+        .post(
+            "/v1/responses",
+            &ask(json!([{"type": "mcp", "server_label": "builtin"}])),
+        )
+        .await;
+    assert_eq!(paused["output"][1]["type"], "mcp_approval_request");
+    app.llm.push(Turn::tool_call(
+        "call_2",
+        "calculator",
+        r#"{"expression": "1+1"}"#,
+    ));
+    app.llm.push(Turn::text("2"));
+    let (_, direct) = app
+        .post("/v1/responses", &ask(json!([guarded(json!("never"))])))
+        .await;
+    assert_eq!(direct["output"][1]["type"], "mcp_call");
+    assert_eq!(direct["required_action"], Value::Null);
+}

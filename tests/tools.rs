@@ -195,9 +195,13 @@ fn http_tool(name: &str, url: String, timeout_ms: Option<u64>) -> HttpToolConfig
 }
 
 fn with_server(config: &mut Config, label: &str, tools: Vec<HttpToolConfig>) {
-    config
-        .tool_servers
-        .insert(label.into(), ToolServerConfig { tools, ..Default::default() });
+    config.tool_servers.insert(
+        label.into(),
+        ToolServerConfig {
+            tools,
+            ..Default::default()
+        },
+    );
 }
 
 #[tokio::test]
@@ -901,4 +905,50 @@ async fn a_client_function_call_streams_live_and_the_run_ends_for_the_client_to_
             {"role": "tool", "tool_call_id": "call_w", "content": "sunny, 24C"},
         ])
     );
+}
+
+#[tokio::test]
+async fn chunks_of_two_calls_may_interleave_and_are_assembled_by_index() {
+    let app = spawn_app().await;
+    app.llm.push(Turn {
+        steps: vec![
+            Step::ToolCall {
+                index: 0,
+                id: "call_1".into(),
+                name: "calculator".into(),
+                arguments: r#"{"expression""#.into(),
+            },
+            Step::ToolCall {
+                index: 1,
+                id: "call_2".into(),
+                name: "current_time".into(),
+                arguments: r#"{"timezone": "#.into(),
+            },
+            Step::ToolArgs {
+                index: 0,
+                arguments: r#": "6 * 7"}"#.into(),
+            },
+            Step::ToolArgs {
+                index: 1,
+                arguments: r#""UTC"}"#.into(),
+            },
+            Step::Finish {
+                reason: "tool_calls".into(),
+            },
+        ],
+    });
+    app.llm.push(Turn::text("done"));
+    let sse = app.stream(&run_with(json!([builtin()]))).await;
+    assert_items_do_not_interleave(&sse);
+    let calls: Vec<Value> = done_items(&sse)
+        .into_iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .collect();
+    assert_eq!(calls.len(), 2);
+    let calculator = calls.iter().find(|c| c["name"] == "calculator").unwrap();
+    assert_eq!(calculator["arguments"], r#"{"expression": "6 * 7"}"#);
+    assert_eq!(calculator["output"], "42");
+    let time = calls.iter().find(|c| c["name"] == "current_time").unwrap();
+    assert_eq!(time["status"], "completed");
+    assert!(time["output"].as_str().unwrap().ends_with("+00:00"));
 }

@@ -226,7 +226,8 @@ impl Engine {
             },
             None => Vec::new(),
         };
-        let prepared = self.prepare(&request, &history, &[])?;
+        // The run's own transcript counts: its servers were announced before the pause.
+        let prepared = self.prepare(&request, &history, &run.transcript)?;
         let now = now_ms();
         let update = RunUpdate {
             body: &body,
