@@ -485,3 +485,47 @@ async fn a_transition_can_append_input_items_and_set_an_expiry_atomically() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_transition_the_state_table_forbids_is_refused_without_touching_the_run() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        let done = body(&id);
+        switchyard::engine::state::transition(
+            &*b.store,
+            &id,
+            RunState::InProgress,
+            RunState::Completed,
+            &update(&done, &[], 5),
+        )
+        .await
+        .unwrap();
+        for to in [
+            RunState::InProgress,
+            RunState::RequiresAction,
+            RunState::Failed,
+        ] {
+            let refused = switchyard::engine::state::transition(
+                &*b.store,
+                &id,
+                RunState::Completed,
+                to,
+                &update(&done, &[], 6),
+            )
+            .await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(StoreError::Conflict {
+                        actual: RunState::Completed
+                    })
+                ),
+                "{to:?}"
+            );
+        }
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.state, RunState::Completed);
+        assert_eq!(stored.updated_at, 5);
+    }
+}

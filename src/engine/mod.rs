@@ -544,9 +544,7 @@ impl Engine {
             append_input: &[],
             now_ms: now_ms(),
         };
-        if let Err(e) = store
-            .transition(&id, run.state, RunState::Failed, &update)
-            .await
+        if let Err(e) = state::transition(&**store, &id, run.state, RunState::Failed, &update).await
         {
             // Another instance got there first, or the run moved on: nothing to do.
             tracing::info!(response_id = %id, error = %e, "abandoned run not failed");

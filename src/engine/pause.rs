@@ -239,11 +239,14 @@ impl Engine {
             now_ms: now,
         };
         // One compare-and-set: of two concurrent submissions exactly one gets here.
-        match self
-            .inner
-            .store
-            .transition(id, RunState::RequiresAction, RunState::InProgress, &update)
-            .await
+        match super::state::transition(
+            &*self.inner.store,
+            id,
+            RunState::RequiresAction,
+            RunState::InProgress,
+            &update,
+        )
+        .await
         {
             Ok(()) => {}
             Err(StoreError::Conflict { actual }) => return Err(not_accepting(actual)),
@@ -335,11 +338,14 @@ impl Engine {
             append_input: &[],
             now_ms: now_ms(),
         };
-        match self
-            .inner
-            .store
-            .transition(&body.id, RunState::RequiresAction, RunState::Completed, &update)
-            .await
+        match super::state::transition(
+            &*self.inner.store,
+            &body.id,
+            RunState::RequiresAction,
+            RunState::Completed,
+            &update,
+        )
+        .await
         {
             Ok(()) => Ok(decisions),
             Err(StoreError::Conflict { actual }) => Err(FieldError::new(
@@ -452,10 +458,7 @@ impl Engine {
             append_input: &[],
             now_ms: now_ms(),
         };
-        self.inner
-            .store
-            .transition(&body.id, run.state, to, &update)
-            .await?;
+        super::state::transition(&*self.inner.store, &body.id, run.state, to, &update).await?;
         let next = self
             .inner
             .store

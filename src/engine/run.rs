@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use super::emitter::EventEmitter;
 use super::executor::{CallEvent, ServerCall, TurnCalls};
 use super::hub::EventHub;
-use super::state::transition_allowed;
 use super::toolset::{ClientKind, Executor, ToolSet};
 use super::{RunOutcome, close_incomplete, now_ms};
 use crate::config::ToolErrorPolicy;
@@ -1137,7 +1136,6 @@ impl RunTask {
                 (RunState::Failed, upstream)
             }
         };
-        debug_assert!(transition_allowed(RunState::InProgress, state));
         let update = RunUpdate {
             body: &self.body,
             transcript: &self.transcript,
@@ -1149,10 +1147,8 @@ impl RunTask {
         };
         // Persisted before anyone sees the ending: a paused run is resumable once the
         // client reads `response.completed`.
-        if let Err(e) = self
-            .store
-            .transition(&id, RunState::InProgress, state, &update)
-            .await
+        if let Err(e) =
+            super::state::transition(&*self.store, &id, RunState::InProgress, state, &update).await
         {
             // The run was moved on by someone else (or the database is gone): its stored
             // state stands, and the log gets no second ending.

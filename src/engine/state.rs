@@ -2,7 +2,7 @@
 //! [`transition_allowed`] and then a compare-and-set in the store; a transition the table
 //! refuses is reported as an error, never a crash.
 
-use crate::store::RunState;
+use crate::store::{RunState, RunStore, RunUpdate, StoreError};
 
 /// `(from, to)` pairs the service may perform.
 pub const TRANSITIONS: &[(RunState, RunState)] = &[
@@ -22,6 +22,23 @@ pub const TRANSITIONS: &[(RunState, RunState)] = &[
 
 pub fn transition_allowed(from: RunState, to: RunState) -> bool {
     TRANSITIONS.contains(&(from, to))
+}
+
+/// The one way the engine changes a run's state: the table first, then the store's
+/// compare-and-set. A refused transition comes back as `Conflict` with the state the run is
+/// in, exactly like a lost compare-and-set — callers handle both as "the run moved on".
+pub async fn transition(
+    store: &dyn RunStore,
+    id: &str,
+    from: RunState,
+    to: RunState,
+    update: &RunUpdate<'_>,
+) -> Result<(), StoreError> {
+    if !transition_allowed(from, to) {
+        tracing::error!(response_id = %id, from = from.as_str(), to = to.as_str(), "transition refused by the state table");
+        return Err(StoreError::Conflict { actual: from });
+    }
+    store.transition(id, from, to, update).await
 }
 
 #[cfg(test)]
