@@ -935,3 +935,23 @@ async fn a_server_configured_to_require_approval_pauses_unless_the_request_says_
     assert_eq!(direct["output"][1]["type"], "mcp_call");
     assert_eq!(direct["required_action"], Value::Null);
 }
+
+#[tokio::test]
+async fn an_unstored_run_is_kept_while_it_waits_and_deleted_once_it_stops() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "call_w",
+        "get_weather",
+        r#"{"city": "Paris"}"#,
+    ));
+    app.llm.push(Turn::text("Sunny"));
+    let mut body = ask(json!([weather_tool()]));
+    body["store"] = json!(false);
+    let (_, paused) = app.post("/v1/responses", &body).await;
+    let id = paused["id"].as_str().unwrap();
+    let (status, done) = submit(&app, id, outputs(&[("call_w", "sunny")])).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["output"][1]["content"][0]["text"], "Sunny");
+    let (status, _) = app.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 404);
+}

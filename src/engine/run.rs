@@ -204,7 +204,9 @@ impl RunTask {
 
         let response_id: Arc<str> = Arc::from(id.as_str());
         self.hub.close(response_id).await;
+        // An unstored run is kept while it waits for the client, and deleted once it stops.
         if !self.body.store
+            && self.body.required_action.is_none()
             && let Err(e) = self.store.delete_run(&self.tenant_id, &id).await
         {
             tracing::warn!(response_id = %id, error = %e, "cannot delete an unstored run");
