@@ -65,6 +65,8 @@ impl Application {
             tools: config.tools.clone(),
             requires_action_ttl: Duration::from_millis(config.runs.requires_action_ttl_ms),
             sweep_interval: Duration::from_millis(config.runs.sweep_interval_ms.max(10)),
+            max_background: config.runs.max_background.max(1),
+            claim_interval: Duration::from_millis(config.runs.claim_interval_ms.max(10)),
         };
         let engine = Engine::new(store.clone(), hub, models, registry, settings);
         // One process owns an SQLite file, so whatever it finds unfinished was abandoned.

@@ -156,6 +156,11 @@ pub struct RunsConfig {
     pub requires_action_ttl_ms: u64,
     /// How often leases are renewed and overdue or abandoned runs swept.
     pub sweep_interval_ms: u64,
+    /// Background runs this instance executes at once.
+    pub max_background: usize,
+    /// How often an instance looks for queued background runs (it is also woken at once by
+    /// its own creates).
+    pub claim_interval_ms: u64,
 }
 
 /// A secret value: shown as `***` by `Debug` and `Serialize`.

@@ -53,6 +53,9 @@ async fn reply(state: &AppState, started: StartedRun) -> Result<Response, ApiErr
     if let Some(events) = started.events {
         return Ok(sse::response(events, state.heartbeat));
     }
+    if let Some(response) = started.immediate {
+        return Ok(Json(response).into_response());
+    }
     // The run goes on if this client goes away: the task owns it, not this future.
     let outcome = started.outcome.await.map_err(|_| {
         ApiError::Internal(anyhow::anyhow!(

@@ -7,14 +7,15 @@
 //! or repeats an event.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use futures_util::Stream;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use futures_util::StreamExt;
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use crate::protocol::events::is_terminal;
-use crate::store::{EventRecord, RunStore, StoreError};
+use crate::store::{EventRecord, RunState, RunStore, StoreError};
 
 /// Events buffered per live channel before a slow subscriber falls back to the store.
 const LIVE_CAPACITY: usize = 1024;
@@ -35,10 +36,20 @@ enum Command {
 
 type Channels = Arc<Mutex<HashMap<Arc<str>, broadcast::Sender<Arc<EventRecord>>>>>;
 
+/// Followers of runs executing elsewhere, waiting for news of new events.
+type Wakers = Arc<Mutex<HashMap<Arc<str>, Weak<Notify>>>>;
+
+/// How often a follower of a run executing elsewhere looks at the store when no
+/// notification arrives (they are lost on a reconnect, and SQLite has none).
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a follower waits for the closing event of a run that has stopped.
+const SETTLE_GRACE: Duration = Duration::from_secs(2);
+
 #[derive(Clone)]
 pub struct EventHub {
     queue: mpsc::Sender<Command>,
     channels: Channels,
+    wakers: Wakers,
     store: Arc<dyn RunStore>,
 }
 
@@ -70,10 +81,54 @@ impl EventHub {
             EventHub {
                 queue,
                 channels,
+                wakers: Arc::default(),
                 store,
             },
             HubWriter { task },
         )
+    }
+
+    /// Wakes local followers when another instance appends events (PostgreSQL). Runs until
+    /// `stop` is cancelled.
+    pub async fn listen(&self, stop: tokio_util::sync::CancellationToken) {
+        let mut notifications = match self.store.appended_events().await {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for events; followers will poll");
+                return;
+            }
+        };
+        loop {
+            let id = tokio::select! {
+                _ = stop.cancelled() => return,
+                next = notifications.next() => match next {
+                    Some(id) => id,
+                    None => return,
+                },
+            };
+            let waker = self.lock_wakers().get(id.as_str()).and_then(Weak::upgrade);
+            if let Some(waker) = waker {
+                waker.notify_waiters();
+            }
+        }
+    }
+
+    fn lock_wakers(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Weak<Notify>>> {
+        self.wakers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The notifier a follower of `id` waits on.
+    fn waker(&self, id: &Arc<str>) -> Arc<Notify> {
+        let mut wakers = self.lock_wakers();
+        if let Some(waker) = wakers.get(id).and_then(Weak::upgrade) {
+            return waker;
+        }
+        // Forget followers that have gone, while here.
+        wakers.retain(|_, waker| waker.strong_count() > 0);
+        let waker = Arc::new(Notify::new());
+        wakers.insert(id.clone(), Arc::downgrade(&waker));
+        waker
     }
 
     fn channels(
@@ -129,6 +184,8 @@ impl EventHub {
             .get(&response_id)
             .map(broadcast::Sender::subscribe);
         let follower = Follower {
+            waker: live.is_none().then(|| self.waker(&response_id)),
+            settled_since: None,
             store: self.store.clone(),
             response_id,
             next: after.map_or(0, |n| n + 1),
@@ -152,6 +209,10 @@ impl EventHub {
 }
 
 struct Follower {
+    /// Set when the run is not executing here: woken when another instance appends.
+    waker: Option<Arc<Notify>>,
+    /// When the follower first found the run stopped with no closing event stored yet.
+    settled_since: Option<Instant>,
     store: Arc<dyn RunStore>,
     response_id: Arc<str>,
     /// The next sequence number the reader expects.
@@ -187,8 +248,7 @@ impl Follower {
                 self.check_store = false;
             }
             let Some(live) = &mut self.live else {
-                // Not executing here: the stored log is all there is.
-                self.ended = true;
+                self.follow_stored().await?;
                 continue;
             };
             match live.recv().await {
@@ -204,6 +264,38 @@ impl Follower {
                 }
             }
         }
+    }
+
+    /// The run is not executing here: it may be queued or running on another instance.
+    /// Either the stored log is complete (the run stopped or waits for the client), or new
+    /// events are waited for.
+    async fn follow_stored(&mut self) -> Result<(), StoreError> {
+        let waker = self
+            .waker
+            .clone()
+            .unwrap_or_else(|| Arc::new(Notify::new()));
+        let notified = waker.notified();
+        tokio::pin!(notified);
+        // Registered before looking, so a notification in between is not missed.
+        notified.as_mut().enable();
+        let state = self.store.state_of(&self.response_id).await?;
+        let settled = state.is_none_or(|s| s.is_final() || s == RunState::RequiresAction);
+        if self.fill_from_store().await? {
+            self.settled_since = None;
+            return Ok(());
+        }
+        if settled {
+            // The state changes before the closing event is written: give it a moment to
+            // arrive (a log without one, after a crash, ends the stream anyway).
+            let since = *self.settled_since.get_or_insert_with(Instant::now);
+            if state.is_none() || since.elapsed() >= SETTLE_GRACE {
+                self.ended = true;
+                return Ok(());
+            }
+        }
+        let _ = tokio::time::timeout(POLL_INTERVAL, notified).await;
+        self.check_store = true;
+        Ok(())
     }
 
     /// Reads stored events from `next` into the buffer; true when it found any.

@@ -82,6 +82,8 @@ pub struct StartedRun {
     pub events: Option<EventStream>,
     /// Resolves when the run stops.
     pub outcome: oneshot::Receiver<RunOutcome>,
+    /// The answer without waiting (a queued background run).
+    pub immediate: Option<ResponseObject>,
 }
 
 pub type EventStream =
@@ -99,6 +101,10 @@ pub struct EngineSettings {
     pub requires_action_ttl: Duration,
     /// How often leases are renewed and overdue runs swept.
     pub sweep_interval: Duration,
+    /// Background runs executed here at once.
+    pub max_background: usize,
+    /// How often queued runs are looked for.
+    pub claim_interval: Duration,
 }
 
 #[derive(Clone)]
@@ -121,6 +127,10 @@ struct Inner {
     maintenance: TaskTracker,
     /// Runs executing in this process, for cancel.
     live: std::sync::Mutex<HashMap<String, LiveRun>>,
+    /// Wakes this instance's claimer when it queues a background run.
+    queued: tokio::sync::Notify,
+    /// Slots for background runs executing here.
+    background_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// A run executing here: how to cancel it and how to see that it stopped.
@@ -138,6 +148,7 @@ impl Engine {
         registry: Arc<ToolRegistry>,
         settings: EngineSettings,
     ) -> Engine {
+        let settings_slots = settings.max_background.max(1);
         Engine {
             inner: Arc::new(Inner {
                 store,
@@ -150,6 +161,8 @@ impl Engine {
                 stop_maintenance: CancellationToken::new(),
                 maintenance: TaskTracker::new(),
                 live: std::sync::Mutex::new(HashMap::new()),
+                queued: tokio::sync::Notify::new(),
+                background_slots: Arc::new(tokio::sync::Semaphore::new(settings_slots)),
             }),
         }
     }
@@ -201,6 +214,11 @@ impl Engine {
 
         let id = ids::new(ids::RESPONSE);
         let body = initial_body(&id, &prepared.model, &request);
+        if request.background == Some(true) {
+            return self
+                .enqueue(tenant_id, body, input, request.stream == Some(true))
+                .await;
+        }
         let now = now_ms();
         let run = NewRun {
             tenant_id: tenant_id.to_string(),
@@ -378,6 +396,172 @@ impl Engine {
             id,
             events,
             outcome,
+            immediate: None,
+        }
+    }
+
+    /// Stores a background run as `queued` with its first events, and wakes the claimer.
+    async fn enqueue(
+        &self,
+        tenant_id: &str,
+        mut body: ResponseObject,
+        input: Vec<Item>,
+        stream: bool,
+    ) -> Result<StartedRun, EngineError> {
+        body.status = ResponseStatus::Queued;
+        let run = NewRun {
+            tenant_id: tenant_id.to_string(),
+            state: RunState::Queued,
+            body: body.clone(),
+            input_items: input,
+            lease_owner: None,
+            lease_expires_at: None,
+            now_ms: now_ms(),
+        };
+        self.inner.store.insert_run(&run).await?;
+        let response_id: Arc<str> = Arc::from(body.id.as_str());
+        let mut emitter = EventEmitter::new(
+            self.inner.hub.clone(),
+            response_id.clone(),
+            Arc::from(tenant_id),
+            0,
+        );
+        emitter
+            .emit(crate::protocol::events::Event::Created {
+                response: Box::new(body.clone()),
+            })
+            .await;
+        emitter
+            .emit(crate::protocol::events::Event::Queued {
+                response: Box::new(body.clone()),
+            })
+            .await;
+        emitter.flush().await?;
+        self.inner.queued.notify_one();
+        let events =
+            stream.then(|| Box::pin(self.inner.hub.follow(response_id, None)) as EventStream);
+        let (_, outcome) = oneshot::channel();
+        Ok(StartedRun {
+            id: body.id.clone(),
+            events,
+            outcome,
+            immediate: Some(body),
+        })
+    }
+
+    /// Takes queued runs from the database while this instance has free slots.
+    async fn claim(&self) -> Result<(), EngineError> {
+        loop {
+            let free = self.inner.background_slots.available_permits();
+            if free == 0 {
+                return Ok(());
+            }
+            let settings = &self.inner.settings;
+            let now = now_ms();
+            let claimed = self
+                .inner
+                .store
+                .claim_queued(
+                    &settings.instance_id,
+                    now + settings.lease_ttl.as_millis() as i64,
+                    now,
+                    free as u32,
+                )
+                .await?;
+            if claimed.is_empty() {
+                return Ok(());
+            }
+            for run in claimed {
+                let Ok(permit) = self.inner.background_slots.clone().try_acquire_owned() else {
+                    break;
+                };
+                let id = run.body.id.clone();
+                if let Err(e) = self.start_claimed(run, permit).await {
+                    tracing::error!(response_id = %id, error = %e, "cannot start a claimed run");
+                }
+            }
+        }
+    }
+
+    /// Starts a run this instance claimed: its context comes from the database.
+    async fn start_claimed(
+        &self,
+        run: StoredRun,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<(), EngineError> {
+        let mut body = run.body.clone();
+        body.status = ResponseStatus::InProgress;
+        let id = body.id.clone();
+        let tenant_id = run.tenant_id.clone();
+        self.inner
+            .store
+            .checkpoint(
+                &id,
+                &self.inner.settings.instance_id,
+                &body,
+                &run.transcript,
+                now_ms(),
+            )
+            .await?;
+        let request = pause::request_from_body(&body);
+        let history = self.history_of(&tenant_id, &body).await?;
+        let input = self.inner.store.input_items(&tenant_id, &id).await?;
+        let prepared = match self.prepare(&request, &history, &input) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // The configuration changed since it was queued (a model or tool server is gone).
+                self.abandon(
+                    StoredRun {
+                        state: RunState::InProgress,
+                        body,
+                        ..run
+                    },
+                    &format!("The run cannot start: {e}"),
+                )
+                .await;
+                return Ok(());
+            }
+        };
+        let next_sequence = self
+            .inner
+            .store
+            .last_sequence_number(&id)
+            .await?
+            .map_or(0, |n| n + 1);
+        let mut context = history;
+        context.extend(input);
+        let launch = Launch {
+            tenant_id,
+            body,
+            context,
+            transcript: run.transcript,
+            next_sequence,
+            resumed: true,
+            stream: false,
+            decisions: Vec::new(),
+        };
+        let started = self.launch(prepared, launch);
+        // The slot is free again when the run stops.
+        self.inner.maintenance.spawn(async move {
+            let _ = started.outcome.await;
+            drop(permit);
+        });
+        Ok(())
+    }
+
+    /// The history a stored run continues: its chain, or nothing if an ancestor is gone.
+    pub(super) async fn history_of(
+        &self,
+        tenant_id: &str,
+        body: &ResponseObject,
+    ) -> Result<Vec<Item>, EngineError> {
+        match &body.previous_response_id {
+            Some(previous) => match self.chain(tenant_id, previous).await {
+                Ok((history, _)) => Ok(history),
+                Err(EngineError::Invalid(..)) => Ok(Vec::new()),
+                Err(e) => Err(e),
+            },
+            None => Ok(Vec::new()),
         }
     }
 
@@ -578,8 +762,33 @@ impl Engine {
         }
     }
 
-    /// Starts lease renewal and the sweep for runs abandoned by other instances.
+    /// Starts lease renewal, the sweeps for abandoned and expired runs, and the listener for
+    /// events appended by other instances.
     pub fn start_maintenance(&self) {
+        let hub = self.inner.hub.clone();
+        let stop = self.inner.stop_maintenance.clone();
+        self.inner
+            .maintenance
+            .spawn(async move { hub.listen(stop).await });
+        let engine = self.clone();
+        let stop = self.inner.stop_runs.clone();
+        self.inner.maintenance.spawn(async move {
+            let interval = engine.inner.settings.claim_interval;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = engine.inner.queued.notified() => {}
+                    _ = tokio::time::sleep(interval) => {}
+                }
+                // No new runs once shutting down.
+                if engine.inner.runs.is_closed() {
+                    break;
+                }
+                if let Err(e) = engine.claim().await {
+                    tracing::warn!(error = %e, "claiming queued runs failed");
+                }
+            }
+        });
         let engine = self.clone();
         let period = self.inner.settings.sweep_interval;
         let stop = self.inner.stop_maintenance.clone();

@@ -102,7 +102,7 @@ pub(super) fn check_outputs_match_calls(
 }
 
 /// The request a stored run was created with, as far as running it again needs.
-fn request_from_body(body: &ResponseObject) -> CreateResponse {
+pub(super) fn request_from_body(body: &ResponseObject) -> CreateResponse {
     CreateResponse {
         model: Some(body.model.clone()),
         instructions: body.instructions.clone(),
@@ -217,15 +217,7 @@ impl Engine {
         body.required_action = None;
         body.completed_at = None;
         let request = request_from_body(&body);
-        let history = match &body.previous_response_id {
-            Some(previous) => match self.chain(tenant_id, previous).await {
-                Ok((history, _)) => history,
-                // A deleted ancestor leaves the run without that history, not unusable.
-                Err(EngineError::Invalid(..)) => Vec::new(),
-                Err(e) => return Err(e),
-            },
-            None => Vec::new(),
-        };
+        let history = self.history_of(tenant_id, &body).await?;
         // The run's own transcript counts: its servers were announced before the pause.
         let prepared = self.prepare(&request, &history, &run.transcript)?;
         let now = now_ms();

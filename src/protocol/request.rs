@@ -113,10 +113,10 @@ impl CreateResponse {
                 "Conversations are not supported by this service; chain responses with 'previous_response_id'.",
             ));
         }
-        if self.background == Some(true) {
-            return Err(unsupported(
-                "background",
-                "Background mode is not supported yet.",
+        if self.background == Some(true) && self.store == Some(false) {
+            return Err(FieldError::new(
+                "store",
+                "Background mode requires 'store' to be true: the response is stored for polling.",
             ));
         }
         if let Some(id) = &self.previous_response_id

@@ -188,6 +188,14 @@ pub trait RunStore: Send + Sync + 'static {
     /// Appends events (any runs) in one transaction.
     async fn append_events(&self, events: &[EventRecord]) -> Result<(), StoreError>;
 
+    /// A run's state, or `None` when there is no such run.
+    async fn state_of(&self, id: &str) -> Result<Option<RunState>, StoreError>;
+
+    /// Ids of runs whose events were just appended, by any instance sharing this database
+    /// (PostgreSQL `LISTEN`); `None` when the backend has no such channel (SQLite: one
+    /// process, whose own hub already knows).
+    async fn appended_events(&self) -> Result<Option<NotificationStream>, StoreError>;
+
     /// A run's events with a sequence number above `after` (all with `None`), in order.
     async fn events_after(
         &self,
@@ -211,11 +219,31 @@ pub trait RunStore: Send + Sync + 'static {
     /// Deletes a run with its items and events.
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
 
+    /// Moves up to `limit` queued runs, oldest first, to `in_progress` under `owner`'s lease
+    /// and returns them. Concurrent claimers never get the same run.
+    async fn claim_queued(
+        &self,
+        owner: &str,
+        lease_expires_at: i64,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredRun>, StoreError>;
+
+    /// Saves a running run's progress, if `owner` still holds it.
+    async fn checkpoint(
+        &self,
+        id: &str,
+        owner: &str,
+        body: &ResponseObject,
+        transcript: &[Item],
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+
     /// Extends the lease of every unfinished run held by `owner`; returns how many.
     async fn renew_leases(&self, owner: &str, until_ms: i64) -> Result<u64, StoreError>;
 
-    /// Queued or in-progress runs not held by `exclude_owner` whose lease ran out before
-    /// `now_ms`: their instance is gone.
+    /// In-progress runs not held by `exclude_owner` whose lease ran out before `now_ms`:
+    /// their instance is gone. (Queued runs are held by nobody and wait to be claimed.)
     async fn stale_runs(
         &self,
         now_ms: i64,
@@ -232,6 +260,9 @@ pub trait RunStore: Send + Sync + 'static {
         states: &[RunState],
     ) -> Result<Vec<StoredRun>, StoreError>;
 }
+
+/// Response ids, as announced when their events are appended.
+pub type NotificationStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = String> + Send>>;
 
 /// Opens the store named by the URL's scheme and applies its migrations.
 pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn RunStore>, StoreError> {

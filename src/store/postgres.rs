@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 
 use super::StoreError;
 use super::sql::impl_run_store;
@@ -30,4 +30,52 @@ impl PostgresStore {
     }
 }
 
-impl_run_store!(PostgresStore, sqlx::Postgres, "postgres");
+/// The channel on which appended events are announced, with the response id as payload.
+const EVENTS_CHANNEL: &str = "switchyard_events";
+
+impl PostgresStore {
+    /// One notification per run in the batch, delivered when the transaction commits.
+    async fn announce_events(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        events: &[super::EventRecord],
+    ) -> Result<(), StoreError> {
+        let mut ids: Vec<&str> = events.iter().map(|e| &*e.response_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        sqlx::query("SELECT pg_notify($1, id) FROM UNNEST($2::text[]) AS id")
+            .bind(EVENTS_CHANNEL)
+            .bind(ids)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn notifications(&self) -> Result<Option<super::NotificationStream>, StoreError> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(EVENTS_CHANNEL).await?;
+        // `recv` reconnects after a lost connection; notifications sent meanwhile are lost,
+        // which followers cover by polling.
+        let stream = futures_util::stream::unfold(listener, |mut listener| async move {
+            loop {
+                match listener.recv().await {
+                    Ok(notification) => {
+                        return Some((notification.payload().to_string(), listener));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listening for events failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(Some(Box::pin(stream)))
+    }
+}
+
+// Instances claiming at once skip each other's rows instead of waiting or double-claiming.
+impl_run_store!(
+    PostgresStore,
+    sqlx::Postgres,
+    "postgres",
+    " FOR UPDATE SKIP LOCKED"
+);

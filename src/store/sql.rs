@@ -86,7 +86,7 @@ pub(super) use run_columns;
 
 /// Implements `RunStore` for a store struct with a `pool` field of the given database.
 macro_rules! impl_run_store {
-    ($store:ty, $db:ty, $backend:literal) => {
+    ($store:ty, $db:ty, $backend:literal, $skip_locked:literal) => {
         #[async_trait::async_trait]
         impl $crate::store::RunStore for $store {
             fn backend(&self) -> &'static str {
@@ -278,8 +278,30 @@ macro_rules! impl_run_store {
                     });
                     insert.build().execute(&mut *tx).await?;
                 }
+                // Tells other instances following these runs (delivered on commit).
+                Self::announce_events(&mut tx, events).await?;
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn appended_events(
+                &self,
+            ) -> Result<Option<$crate::store::NotificationStream>, $crate::store::StoreError> {
+                self.notifications().await
+            }
+
+            async fn state_of(
+                &self,
+                id: &str,
+            ) -> Result<Option<$crate::store::RunState>, $crate::store::StoreError> {
+                let state: Option<String> =
+                    sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                state
+                    .map(|s| $crate::store::sql::parse_state(&s))
+                    .transpose()
             }
 
             async fn events_after(
@@ -388,6 +410,59 @@ macro_rules! impl_run_store {
                 Ok(())
             }
 
+            async fn claim_queued(
+                &self,
+                owner: &str,
+                lease_expires_at: i64,
+                now_ms: i64,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::StoredRun>, $crate::store::StoreError> {
+                let rows: Vec<$crate::store::sql::RunRow> = sqlx::query_as(concat!(
+                    "UPDATE responses SET state = 'in_progress', lease_owner = $1, \
+                     lease_expires_at = $2, updated_at = $3 \
+                     WHERE id IN (SELECT id FROM responses WHERE state = 'queued' \
+                     ORDER BY created_at LIMIT $4",
+                    $skip_locked,
+                    ") AND state = 'queued' RETURNING ",
+                    $crate::store::sql::run_columns!()
+                ))
+                .bind(owner)
+                .bind(lease_expires_at)
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(TryInto::try_into).collect()
+            }
+
+            async fn checkpoint(
+                &self,
+                id: &str,
+                owner: &str,
+                body: &$crate::protocol::response::ResponseObject,
+                transcript: &[$crate::protocol::items::Item],
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let updated = sqlx::query(
+                    "UPDATE responses SET body = $1, transcript = $2, updated_at = $3 \
+                     WHERE id = $4 AND state = 'in_progress' AND lease_owner = $5",
+                )
+                .bind(sqlx::types::Json(body))
+                .bind(sqlx::types::Json(transcript))
+                .bind(now_ms)
+                .bind(id)
+                .bind(owner)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                if updated == 1 {
+                    Ok(())
+                } else {
+                    let actual = self.state_of(id).await?.ok_or($crate::store::StoreError::NotFound)?;
+                    Err($crate::store::StoreError::Conflict { actual })
+                }
+            }
+
             async fn renew_leases(
                 &self,
                 owner: &str,
@@ -412,7 +487,7 @@ macro_rules! impl_run_store {
                 let rows: Vec<$crate::store::sql::RunRow> = sqlx::query_as(concat!(
                     "SELECT ",
                     $crate::store::sql::run_columns!(),
-                    " FROM responses WHERE state IN ('queued', 'in_progress') \
+                    " FROM responses WHERE state = 'in_progress' \
                      AND (lease_owner IS NULL OR lease_owner <> $1) \
                      AND (lease_expires_at IS NULL OR lease_expires_at < $2) \
                      ORDER BY created_at"

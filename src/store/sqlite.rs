@@ -47,4 +47,19 @@ impl SqliteStore {
     }
 }
 
-impl_run_store!(SqliteStore, sqlx::Sqlite, "sqlite");
+impl SqliteStore {
+    /// One process owns an SQLite file: its hub already knows what it appends.
+    async fn announce_events(
+        _: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        _: &[super::EventRecord],
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn notifications(&self) -> Result<Option<super::NotificationStream>, StoreError> {
+        Ok(None)
+    }
+}
+
+// One process owns the file, so claiming needs no row locks.
+impl_run_store!(SqliteStore, sqlx::Sqlite, "sqlite", "");

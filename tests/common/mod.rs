@@ -68,6 +68,22 @@ pub async fn spawn_app_on(database_url: &str, tweak: impl FnOnce(&mut Config)) -
     start(database_url.to_string(), llm, dir, tweak).await
 }
 
+/// A new, empty PostgreSQL database next to `TEST_DATABASE_URL`'s (named after it, so CI
+/// drops it with its own), or `None` when PostgreSQL is not configured.
+pub async fn fresh_postgres_url() -> Option<String> {
+    use sqlx::Connection;
+    let base = std::env::var("TEST_DATABASE_URL").ok()?;
+    let (server, current) = base.rsplit_once('/')?;
+    let current = current.split('?').next().unwrap_or(current);
+    let name = format!("{current}_t{}", uuid::Uuid::now_v7().simple());
+    let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    Some(format!("{server}/{name}"))
+}
+
 /// A fresh SQLite URL in a new temp dir, plus PostgreSQL when `TEST_DATABASE_URL` is set.
 pub fn database_urls() -> Vec<(String, Option<TempDir>)> {
     let dir = tempfile::tempdir().unwrap();
@@ -97,6 +113,11 @@ async fn start_with(
     tools: Vec<(String, Arc<dyn ToolHandler>)>,
     tweak: impl FnOnce(&mut Config),
 ) -> TestApp {
+    // RUST_LOG=switchyard=debug shows the service's logs with a failing test's output.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let mut config = test_config(&database_url, &llm);
     tweak(&mut config);
     let app = Application::build_with_tools(config, tools).await.unwrap();

@@ -36,11 +36,11 @@ export function tail(file, lines = 200) {
   return kept || '(empty)';
 }
 
-/** A scripted model turn that streams `chunks` as content deltas and stops. */
-export function textTurn(chunks, { promptTokens = 5, completionTokens = 2 } = {}) {
+/** A scripted model turn that streams `chunks` as content deltas (each after `delayMs`) and stops. */
+export function textTurn(chunks, { promptTokens = 5, completionTokens = 2, delayMs = 0 } = {}) {
   return {
     steps: [
-      ...chunks.map((text) => ({ type: 'text', text })),
+      ...chunks.flatMap((text) => [...(delayMs ? [{ type: 'delay', ms: delayMs }] : []), { type: 'text', text }]),
       { type: 'finish', reason: 'stop' },
       { type: 'usage', prompt_tokens: promptTokens, completion_tokens: completionTokens },
     ],

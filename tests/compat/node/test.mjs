@@ -282,6 +282,100 @@ check('a failing server call ends its item with an error object and the model an
   assert.equal(final.output_text, 'Division by zero.');
 });
 
+const WEATHER_TOOL = Object.freeze({
+  type: 'function',
+  name: 'get_weather',
+  description: 'The current weather in a city.',
+  parameters: {
+    type: 'object',
+    properties: { city: { type: 'string' } },
+    required: ['city'],
+    additionalProperties: false,
+  },
+  strict: true,
+});
+const PARIS = '{"city": "Paris"}';
+
+check('a paused run resumes through client.post and the stream helper reads the resumed part by id', async () => {
+  await services.script(
+    toolCallTurn([['call_w', 'get_weather', PARIS]]),
+    textTurn(['Sunny, ', '24 °C.'], { promptTokens: 5, completionTokens: 2, delayMs: 50 }),
+  );
+
+  const first = client.responses.stream({ model: MODEL, input: 'Weather in Paris?', tools: [WEATHER_TOOL] });
+  const pausedEvents = [];
+  first.on('event', (event) => pausedEvents.push(event));
+  const paused = await first.finalResponse();
+
+  // SPEC §3, §7 B: the model's turn is complete and the response waits for the client.
+  assert.deepEqual(pausedEvents.map((e) => e.sequence_number), [...pausedEvents.keys()]);
+  assert.equal(pausedEvents.at(-1).type, 'response.completed');
+  assert.equal(paused.status, 'completed');
+  assert.deepEqual(paused.output.map((item) => [item.type, item.call_id]), [['function_call', 'call_w']]);
+  assert.equal(typeof paused.required_action.expires_at, 'number');
+  assert.deepEqual(paused.required_action, {
+    type: 'submit_tool_outputs',
+    expires_at: paused.required_action.expires_at,
+    submit_tool_outputs: {
+      tool_calls: [{ id: 'call_w', type: 'function', function: { name: 'get_weather', arguments: PARIS } }],
+    },
+  });
+  const last = pausedEvents.at(-1).sequence_number;
+
+  // SPEC §8 through the SDK's generic POST (README, "Undocumented endpoints"): a Stream of events.
+  const submission = await client.post(`/responses/${paused.id}/submit_tool_outputs`, {
+    body: { tool_outputs: [{ tool_call_id: 'call_w', output: 'sunny' }], stream: true },
+    stream: true,
+  });
+  const iterator = submission[Symbol.asyncIterator]();
+  const { value: inProgress } = await iterator.next();
+  assert.deepEqual([inProgress.type, inProgress.sequence_number], ['response.in_progress', last + 1]);
+
+  // The helper cannot read the resumed stream itself (its accumulator wants `response.created`
+  // first): it replays the run's log by id, follows it while it runs, and shows what follows `last`.
+  const resumed = client.responses.stream({ response_id: paused.id, starting_after: last });
+  const followed = [];
+  resumed.on('event', (event) => followed.push(event));
+  const submitted = [inProgress];
+  for (let next = await iterator.next(); !next.done; next = await iterator.next()) submitted.push(next.value);
+  const final = await resumed.finalResponse();
+
+  assert.deepEqual(submitted.map((e) => e.type), [
+    'response.in_progress',
+    'response.output_item.added',
+    'response.content_part.added',
+    'response.output_text.delta',
+    'response.output_text.delta',
+    'response.output_text.done',
+    'response.content_part.done',
+    'response.output_item.done',
+    'response.completed',
+  ]);
+  assert.deepEqual(submitted.map((e) => e.sequence_number), submitted.map((_, i) => last + 1 + i));
+  // The call stays where it was (as sent; the helper's parsed copy carries `parsed_arguments`).
+  assert.deepEqual(inProgress.response.output, pausedEvents.at(-1).response.output);
+  assert.deepEqual(submitted.slice(1, -1).map((e) => e.output_index), Array(submitted.length - 2).fill(1));
+  assert.deepEqual(followed.map((e) => [e.type, e.sequence_number]), submitted.map((e) => [e.type, e.sequence_number]));
+  assert.equal(final.id, paused.id);
+  assert.equal(final.status, 'completed');
+  assert.equal(final.required_action, null);
+  assert.deepEqual(final.output.map((item) => item.type), ['function_call', 'message']);
+  assert.equal(final.output_text, 'Sunny, 24 °C.');
+  assert.deepEqual([final.usage.input_tokens, final.usage.output_tokens], [10 + 5, 5 + 2]);
+  assert.deepEqual(submitted.at(-1).response.output, (await client.responses.retrieve(paused.id)).output);
+  const [, second] = await services.upstreamRequests();
+  assert.deepEqual(second.messages.at(-1), { role: 'tool', tool_call_id: 'call_w', content: 'sunny' });
+
+  const again = { tool_outputs: [{ tool_call_id: 'call_w', output: 'x' }] };
+  const error = await client.post(`/responses/${paused.id}/submit_tool_outputs`, { body: again }).then(
+    () => assert.fail('a second submission was accepted'),
+    (e) => e,
+  );
+  assert.ok(error instanceof BadRequestError, `expected a BadRequestError, got ${error}`);
+  assert.equal(error.type, 'invalid_request_error');
+  assert.equal(error.error.message, 'Runs in status "completed" do not accept tool outputs.');
+});
+
 check('no process warning was emitted', () => {
   assert.deepEqual(warnings, []);
 });

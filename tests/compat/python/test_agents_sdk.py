@@ -1,7 +1,10 @@
 """The OpenAI Agents SDK (`openai-agents`) driving switchyard through `OpenAIResponsesModel`.
 
 A hosted MCP tool is run by switchyard inside one response (the SDK only reads the `mcp_call`
-item); a local `@function_tool` is run by the SDK, which then sends a second request.
+item); a local `@function_tool` is run by the SDK, which then sends a second request. A hosted
+tool that requires approval pauses the response with an `mcp_approval_request` item; the SDK
+asks `HostedMCPTool.on_approval_request` and answers with an `mcp_approval_response` input item in
+its next request (agents/run_internal/tool_planning.py, execute_mcp_approval_requests).
 """
 
 from __future__ import annotations
@@ -23,9 +26,17 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-from agents.items import MCPListToolsItem, MessageOutputItem, ToolCallItem, ToolCallOutputItem
-from openai.types.responses import ResponseFunctionToolCall
-from openai.types.responses.response_output_item import McpCall, McpListTools
+from agents.items import (
+    MCPApprovalRequestItem,
+    MCPApprovalResponseItem,
+    MCPListToolsItem,
+    MessageOutputItem,
+    ToolCallItem,
+    ToolCallOutputItem,
+)
+from agents.tool import MCPToolApprovalFunctionResult, MCPToolApprovalRequest
+from openai.types.responses import Response, ResponseCompletedEvent, ResponseFunctionToolCall
+from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools
 
 from harness import (
     BUILTIN_SERVER,
@@ -287,6 +298,197 @@ def test_with_auto_previous_response_id_the_sdk_continues_the_chain_with_only_th
     assert first.status == "completed"
     assert first.required_action is None  # type: ignore[attr-defined]
     assert_the_model_saw_the_local_tool_result(fake)
+
+
+def test_a_streamed_chained_run_shows_the_pause_and_the_continuation_completes_the_first_response(
+    client: openai.OpenAI, base_url: str, fake: FakeLLM
+) -> None:
+    script_weather(fake)
+    cities: list[str] = []
+
+    async def scenario(model: OpenAIResponsesModel) -> tuple[list[Response], Any]:
+        streamed = Runner.run_streamed(
+            weather_agent(model, cities), "What is the weather in Paris?", auto_previous_response_id=True
+        )
+        completed: list[Response] = []
+        async for event in streamed.stream_events():
+            if event.type == "raw_response_event" and isinstance(event.data, ResponseCompletedEvent):
+                completed.append(event.data.response)
+        return completed, streamed
+
+    (paused, answered), streamed = run(base_url, scenario)
+
+    first_id, second_id = assert_the_sdk_ran_the_function_tool(streamed, cities)
+    assert (paused.id, answered.id) == (first_id, second_id)
+    # The first response paused (SPEC §3): the SDK saw `completed` and ran the call itself ...
+    assert paused.status == "completed"
+    assert paused.required_action["submit_tool_outputs"]["tool_calls"] == [  # type: ignore[attr-defined]
+        {"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    ]
+    assert answered.required_action is None  # type: ignore[attr-defined]
+    assert answered.previous_response_id == first_id
+    # ... and its continuation answered the pause, which no longer waits (SPEC §9).
+    first = client.responses.retrieve(first_id)
+    assert (first.status, first.required_action) == ("completed", None)  # type: ignore[attr-defined]
+    assert [item.to_dict() for item in first.output] == [item.to_dict() for item in paused.output]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.post(
+            f"/responses/{first_id}/submit_tool_outputs",
+            body={"tool_outputs": [{"tool_call_id": "call_w", "output": "again"}]},
+            cast_to=Response,
+        )
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["message"] == 'Runs in status "completed" do not accept tool outputs.'
+    assert_the_model_saw_the_local_tool_result(fake)
+
+
+GUARDED_BUILTIN: dict[str, Any] = {"type": "mcp", "server_label": "builtin", "require_approval": "always"}
+
+
+def guarded_agent(
+    model: OpenAIResponsesModel, answer: MCPToolApprovalFunctionResult, asked: list[McpApprovalRequest]
+) -> Agent[Any]:
+    def on_approval_request(request: MCPToolApprovalRequest) -> MCPToolApprovalFunctionResult:
+        asked.append(request.data)
+        return answer
+
+    return Agent(
+        name="calculator",
+        instructions=INSTRUCTIONS,
+        model=model,
+        tools=[
+            HostedMCPTool(
+                tool_config=GUARDED_BUILTIN,  # type: ignore[arg-type]
+                on_approval_request=on_approval_request,
+            )
+        ],
+    )
+
+
+def assert_an_approval_round_trip(
+    client: openai.OpenAI, result: Any, asked: list[McpApprovalRequest], answer: dict[str, Any]
+) -> McpCall:
+    """Checks the items of a run whose one hosted call waited for approval; returns the call."""
+    listing, request_item, response_item, call_item, message = result.new_items
+    assert isinstance(listing, MCPListToolsItem)
+    assert isinstance(request_item, MCPApprovalRequestItem)
+    [request] = asked
+    assert request_item.raw_item == request
+    assert request.id.startswith("mcpr_")
+    assert (request.server_label, request.name, request.arguments) == (
+        "builtin",
+        "calculator",
+        '{"expression": "6 * 7"}',
+    )
+    assert isinstance(response_item, MCPApprovalResponseItem)
+    assert response_item.raw_item == {"type": "mcp_approval_response", "approval_request_id": request.id, **answer}
+    assert isinstance(call_item, ToolCallItem)
+    call = call_item.raw_item
+    assert isinstance(call, McpCall)
+    assert (call.name, call.arguments, call.approval_request_id) == (
+        "calculator",
+        '{"expression": "6 * 7"}',
+        request.id,
+    )
+    assert isinstance(message, MessageOutputItem)
+
+    # Two responses: the paused one, and its continuation carrying only the approval response.
+    first_id, second_id = (r.response_id for r in result.raw_responses)
+    assert first_id is not None and second_id is not None
+    first = client.responses.retrieve(first_id)
+    assert [item.type for item in first.output] == ["mcp_list_tools", "mcp_approval_request"]
+    assert (first.status, first.required_action) == ("completed", None)  # type: ignore[attr-defined]
+    second = client.responses.retrieve(second_id)
+    assert second.previous_response_id == first_id
+    [only_input] = client.responses.input_items.list(second_id)
+    assert only_input.type == "mcp_approval_response"
+    assert (only_input.approval_request_id, only_input.approve, only_input.reason) == (  # type: ignore[union-attr]
+        request.id,
+        answer["approve"],
+        answer.get("reason"),
+    )
+    assert [item.type for item in second.output] == ["mcp_call", "message"]
+    assert second.output[0].to_dict() == call.to_dict()
+    return call
+
+
+def test_an_approval_callback_approves_a_hosted_call_which_switchyard_runs_in_the_continuation(
+    client: openai.OpenAI, base_url: str, fake: FakeLLM
+) -> None:
+    fake.script(tool_call_turn(("call_1", "calculator", '{"expression": "6 * 7"}')), text_turn("6 * 7 = 42."))
+    asked: list[McpApprovalRequest] = []
+
+    result = run(
+        base_url,
+        lambda model: Runner.run(
+            guarded_agent(model, {"approve": True}, asked), "What is 6 * 7?", auto_previous_response_id=True
+        ),
+    )
+
+    assert result.final_output == "6 * 7 = 42."
+    call = assert_an_approval_round_trip(client, result, asked, {"approve": True})
+    assert (call.status, call.output, call.error) == ("completed", "42", None)
+    first_request, second_request = fake.requests()
+    assert [m["role"] for m in first_request["messages"]] == ["system", "user"]
+    *_, assistant, tool = second_request["messages"]
+    [model_call] = assistant["tool_calls"]
+    assert model_call["function"] == {"name": "calculator", "arguments": '{"expression": "6 * 7"}'}
+    assert tool == {"role": "tool", "tool_call_id": model_call["id"], "content": "42"}
+
+
+def test_an_approval_callback_denies_a_hosted_call_and_the_model_is_told_the_reason(
+    client: openai.OpenAI, base_url: str, fake: FakeLLM
+) -> None:
+    fake.script(tool_call_turn(("call_1", "calculator", '{"expression": "6 * 7"}')), text_turn("I may not compute."))
+    asked: list[McpApprovalRequest] = []
+
+    async def scenario(model: OpenAIResponsesModel) -> tuple[list[str], Any]:
+        streamed = Runner.run_streamed(
+            guarded_agent(model, {"approve": False, "reason": "Not today."}, asked),
+            "What is 6 * 7?",
+            auto_previous_response_id=True,
+        )
+        names = [event.name async for event in streamed.stream_events() if isinstance(event, RunItemStreamEvent)]
+        return names, streamed
+
+    names, streamed = run(base_url, scenario)
+
+    assert streamed.final_output == "I may not compute."
+    assert names == [
+        "mcp_list_tools",
+        "mcp_approval_requested",
+        "mcp_approval_response",
+        "tool_called",
+        "message_output_created",
+    ]
+    call = assert_an_approval_round_trip(client, streamed, asked, {"approve": False, "reason": "Not today."})
+    assert (call.status, call.output) == ("failed", None)
+    assert call.error is not None
+    assert (call.error.type, call.error.content) == (  # type: ignore[union-attr]
+        "mcp_tool_execution_error",
+        "The user denied this call: Not today.",
+    )
+    [_, second_request] = fake.requests()
+    assert second_request["messages"][-1]["content"] == "Error: The user denied this call: Not today."
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=openai.BadRequestError,
+    reason="SPEC-vs-SDK conflict: without chaining (the SDK's default), the SDK answers an approval by resending "
+    "the whole conversation with the mcp_approval_request item and an mcp_approval_response, without "
+    "previous_response_id; SPEC §6 only accepts approvals in a continuation or in submit_tool_outputs, and "
+    "switchyard answers 400 'No pending approval request with id mcpr_...'",
+)
+def test_an_approval_callback_without_chaining_gets_the_call_run(base_url: str, fake: FakeLLM) -> None:
+    fake.script(tool_call_turn(("call_1", "calculator", '{"expression": "6 * 7"}')), text_turn("6 * 7 = 42."))
+    asked: list[McpApprovalRequest] = []
+
+    result = run(
+        base_url, lambda model: Runner.run(guarded_agent(model, {"approve": True}, asked), "What is 6 * 7?")
+    )  # raises BadRequestError on the second request
+
+    assert result.final_output == "6 * 7 = 42."
 
 
 @pytest.mark.xfail(
