@@ -955,3 +955,82 @@ async fn an_unstored_run_is_kept_while_it_waits_and_deleted_once_it_stops() {
     let (status, _) = app.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn a_resumed_run_reports_no_usage_while_running_and_an_approved_call_carries_its_request_id()
+{
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "calculator",
+        r#"{"expression": "1+1"}"#,
+    ));
+    app.llm.push(Turn::text("2"));
+    let (_, paused) = app
+        .post("/v1/responses", &ask(json!([guarded(json!("always"))])))
+        .await;
+    assert!(
+        paused["usage"].is_object(),
+        "a paused run reports the usage so far"
+    );
+    let request_id = paused["output"][1]["id"].as_str().unwrap();
+    let resumed = submit_stream(
+        &app,
+        paused["id"].as_str().unwrap(),
+        json!({"tool_approvals": [{"approval_request_id": request_id, "approve": true}]}),
+    )
+    .await;
+    assert_eq!(resumed.events[0].event, "response.in_progress");
+    assert_eq!(resumed.events[0].data["response"]["usage"], Value::Null);
+    assert_eq!(
+        resumed.events[0].data["response"]["completed_at"],
+        Value::Null
+    );
+    let added = resumed
+        .events
+        .iter()
+        .find(|e| e.event == "response.output_item.added")
+        .unwrap();
+    assert_eq!(added.data["item"]["approval_request_id"], request_id);
+    assert_eq!(
+        resumed.last().data["response"]["usage"]["total_tokens"],
+        15 + 13
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_or_expired_pause_has_no_completion_time() {
+    let app = spawn_app_with(|c| {
+        c.runs.requires_action_ttl_ms = 100;
+        c.runs.sweep_interval_ms = 30;
+    })
+    .await;
+    for _ in 0..2 {
+        app.llm.push(Turn::tool_call(
+            "call_w",
+            "get_weather",
+            r#"{"city": "Paris"}"#,
+        ));
+    }
+    let (_, paused) = app
+        .post("/v1/responses", &ask(json!([weather_tool()])))
+        .await;
+    assert!(paused["completed_at"].is_i64());
+    let (_, cancelled) = app
+        .post(
+            &format!("/v1/responses/{}/cancel", paused["id"].as_str().unwrap()),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(cancelled["completed_at"], Value::Null);
+    let (_, paused) = app
+        .post("/v1/responses", &ask(json!([weather_tool()])))
+        .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (_, expired) = app
+        .get(&format!("/v1/responses/{}", paused["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(expired["status"], "incomplete");
+    assert_eq!(expired["completed_at"], Value::Null);
+}

@@ -952,3 +952,31 @@ async fn chunks_of_two_calls_may_interleave_and_are_assembled_by_index() {
     assert_eq!(time["status"], "completed");
     assert!(time["output"].as_str().unwrap().ends_with("+00:00"));
 }
+
+#[tokio::test]
+async fn calls_of_consecutive_turns_reach_the_model_as_separate_assistant_messages() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "calculator",
+        r#"{"expression": "6 * 7"}"#,
+    ));
+    app.llm.push(Turn::tool_call(
+        "call_2",
+        "calculator",
+        r#"{"expression": "43"}"#,
+    ));
+    app.llm.push(Turn::text("done"));
+    let (status, _) = app
+        .post("/v1/responses", &run_with(json!([builtin()])))
+        .await;
+    assert_eq!(status, 200);
+    let requests = app.llm.requests();
+    let roles: Vec<&str> = requests[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant", "tool"]);
+}

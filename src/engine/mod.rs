@@ -246,6 +246,7 @@ impl Engine {
             resumed: false,
             stream: request.stream == Some(true),
             decisions,
+            prior_usage: None,
         };
         Ok(self.launch(prepared, launch))
     }
@@ -354,7 +355,7 @@ impl Engine {
             client: prepared.client,
             request: prepared.model_request,
             context: launch.context,
-            usage: launch.body.usage.clone().unwrap_or_default(),
+            usage: launch.prior_usage.clone().unwrap_or_default(),
             body: launch.body,
             transcript: launch.transcript,
             tools: prepared.tools,
@@ -539,6 +540,7 @@ impl Engine {
             resumed: true,
             stream: false,
             decisions: Vec::new(),
+            prior_usage: None,
         };
         let started = self.launch(prepared, launch);
         // The slot is free again when the run stops.
@@ -953,4 +955,6 @@ struct Launch {
     stream: bool,
     /// Approval answers to act on before the first model turn.
     decisions: Vec<run::Decision>,
+    /// Usage of the run's earlier activations (before a pause).
+    prior_usage: Option<crate::protocol::response::Usage>,
 }

@@ -216,6 +216,8 @@ impl Engine {
         body.status = ResponseStatus::InProgress;
         body.required_action = None;
         body.completed_at = None;
+        // Null while running (SPEC §4); the run adds to it when it stops again.
+        let prior_usage = body.usage.take();
         let request = request_from_body(&body);
         let history = self.history_of(tenant_id, &body).await?;
         // The run's own transcript counts: its servers were announced before the pause.
@@ -263,6 +265,7 @@ impl Engine {
             resumed: true,
             stream: submission.stream == Some(true),
             decisions,
+            prior_usage,
         };
         Ok(self.launch(prepared, launch))
     }
@@ -377,6 +380,7 @@ impl Engine {
         }
         body.status = ResponseStatus::Cancelled;
         body.required_action = None;
+        body.completed_at = None;
         match self
             .end_stored_run(
                 &run,
@@ -413,6 +417,7 @@ impl Engine {
             reason: "tool_outputs_expired".into(),
         });
         body.required_action = None;
+        body.completed_at = None;
         let event = Event::Incomplete {
             response: Box::new(body.clone()),
         };

@@ -23,6 +23,7 @@ use crate::protocol::ids;
 use crate::protocol::items::{
     ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall,
     McpApprovalRequest, McpCall, McpListTools, McpToolInfo, Message, OutputText, Role, ShellAction,
+    TurnEnd,
 };
 use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{
@@ -271,7 +272,9 @@ impl RunTask {
                 }
             }
         }
-        self.present(calls).await.map(|_| ())
+        self.present(calls).await?;
+        self.transcript.push(Item::TurnEnd(TurnEnd::default()));
+        Ok(())
     }
 
     /// Model turns until the model answers without server tools, or a limit is reached.
@@ -289,6 +292,7 @@ impl RunTask {
                 Ok(presented) => presented,
                 Err(ending) => return ending,
             };
+            self.transcript.push(Item::TurnEnd(TurnEnd::default()));
             if self.limits.on_error == ToolErrorPolicy::Fail
                 && let Some(failed) = presented
                     .iter()
@@ -793,6 +797,7 @@ impl RunTask {
         *done.status_mut() = Some(ItemStatus::Completed);
         let arguments = match &done {
             Item::CustomToolCall(custom) => custom.input.clone(),
+            Item::LocalShellCall(shell) => serde_json::to_string(&shell.action).unwrap_or_default(),
             _ => call.arguments.clone(),
         };
         self.pending
@@ -904,7 +909,7 @@ impl RunTask {
             output: None,
             error: None,
             status: Some(ItemStatus::InProgress),
-            approval_request_id: None,
+            approval_request_id: call.approval_request_id.clone(),
             data: None,
         });
         self.body.output.push(item.clone());

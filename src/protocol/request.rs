@@ -284,7 +284,16 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, FieldError> {
         Some("local_shell_call_output") => typed(value, path).map(Item::LocalShellCallOutput),
         Some("mcp_approval_request") => typed(value, path).map(Item::McpApprovalRequest),
         Some("mcp_approval_response") => typed(value, path).map(Item::McpApprovalResponse),
-        _ => typed(value, path),
+        Some(other) => Err(FieldError::new(
+            format!("{path}.type"),
+            format!(
+                "Invalid value for '{path}.type': '{other}'. Expected one of 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'local_shell_call', 'local_shell_call_output', 'mcp_list_tools', 'mcp_call', 'mcp_approval_request', 'mcp_approval_response'."
+            ),
+        )),
+        None => Err(FieldError::new(
+            format!("{path}.type"),
+            format!("Missing required parameter: '{path}.type'."),
+        )),
     }
 }
 
