@@ -719,12 +719,6 @@ def test_tool_approvals_approve_a_paused_server_call_streamed_and_deny_the_next_
 # --------------------------------------------------------------------------- known deviations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="switchyard bug: the response.output_item.added of an approved mcp_call has approval_request_id null; "
-    "only its response.output_item.done carries the mcpr_ id (SPEC §5: mcp_call has approval_request_id)",
-)
 def test_an_approved_call_names_its_approval_request_from_its_first_event(api: Api, fake: FakeLLM) -> None:
     fake.script(tool_call_turn(("call_1", "calculator", '{"expression": "6 * 7"}')), text_turn("42"))
     paused = api.create_streamed(input="6 * 7?", tools=[GUARDED_BUILTIN]).events[-1]["response"]
@@ -741,12 +735,6 @@ def test_an_approved_call_names_its_approval_request_from_its_first_event(api: A
     assert added["approval_request_id"] == request_item["id"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="switchyard deviates from SPEC §4 ('usage: null while running'): a resumed run's response.in_progress "
-    "(and GET while it runs) carries the usage of the turns before the pause",
-)
 def test_a_resumed_run_reports_no_usage_while_it_runs(api: Api, fake: FakeLLM) -> None:
     fake.script(tool_call_turn(("call_w", "get_weather", PARIS)), text_turn("Sunny."))
     first = api.create_streamed(input="Weather in Paris?", tools=[WEATHER_TOOL]).events
@@ -758,13 +746,6 @@ def test_a_resumed_run_reports_no_usage_while_it_runs(api: Api, fake: FakeLLM) -
     assert resumed[0]["response"]["usage"] is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="switchyard keeps the pause's completed_at when a paused run is cancelled (or expires); the "
-    "Responses API sets completed_at only when status is 'completed' (openai Response.completed_at), and "
-    "switchyard itself leaves it null for a run cancelled while running",
-)
 def test_a_paused_run_once_cancelled_has_no_completed_at(api: Api, fake: FakeLLM) -> None:
     fake.script(tool_call_turn(("call_w", "get_weather", PARIS)))
     _, paused = api.create(input="Weather in Paris?", tools=[WEATHER_TOOL])
@@ -777,13 +758,6 @@ def test_a_paused_run_once_cancelled_has_no_completed_at(api: Api, fake: FakeLLM
 
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="switchyard bug: after a run's second submit_tool_outputs the model is shown both paused calls in ONE "
-    "assistant message, then both outputs (assistant[call_1, call_2], tool call_1, tool call_2), as if it had "
-    "made them in one turn; the previous_response_id continuation of the same history is shown turn by turn",
-)
 def test_after_two_pauses_the_model_sees_each_turn_s_call_followed_by_its_output(api: Api, fake: FakeLLM) -> None:
     fake.script(
         tool_call_turn(("call_1", "get_weather", PARIS)),

@@ -347,13 +347,6 @@ def test_allowed_tools_limits_what_the_model_is_shown_and_listed(client: openai.
     assert [tool["function"]["name"] for tool in first_request["tools"]] == ["calculator"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="switchyard bug: the model's context merges the tool calls of successive model turns of one run into "
-    "one assistant message followed by all their results (assistant[call_1, call_2], tool, tool), as if they had "
-    "been parallel calls of the first turn; the same history across previous_response_id is shown turn by turn",
-)
 def test_each_tool_turn_of_a_run_reaches_the_model_as_its_own_assistant_message(
     client: openai.OpenAI, fake: FakeLLM
 ) -> None:
