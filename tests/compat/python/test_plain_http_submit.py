@@ -343,7 +343,7 @@ def test_a_run_that_pauses_twice_is_resumed_twice_without_streaming_and_replays_
         ("function_call_output", "call_2", "rainy"),
     ]
     # After the first pause the model sees its call and the output (what it sees after the second
-    # pause is checked by the strict xfail at the end of this module).
+    # pause is checked by the last test of this module).
     assert fake.requests()[1]["messages"] == [
         {"role": "user", "content": "Paris, then Rome?"},
         *weather_turns(("call_1", PARIS, "sunny")),
