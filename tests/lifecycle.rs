@@ -132,6 +132,7 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_failed_and_its_log_clos
                 lease_owner: Some("crashed-instance".into()),
                 lease_expires_at: Some(1),
                 now_ms: 1,
+                initial_events: vec![],
             })
             .await
             .unwrap();

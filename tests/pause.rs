@@ -581,36 +581,6 @@ async fn cancel_stops_a_running_run_and_a_paused_one_and_is_idempotent() {
     assert_eq!(status, 404);
 }
 
-/// Starts a streamed run; returns its id (from `response.created`) and the rest of the stream,
-/// read in the background.
-async fn start_stream(app: &TestApp, body: Value) -> (String, tokio::task::JoinHandle<Sse>) {
-    use futures_util::StreamExt;
-    let response = app
-        .client
-        .post(app.url("/v1/responses"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let mut bytes = response.bytes_stream();
-    let mut raw = String::new();
-    let id = loop {
-        let chunk = bytes.next().await.unwrap().unwrap();
-        raw.push_str(&String::from_utf8_lossy(&chunk));
-        if let Some(start) = raw.find("\"id\":\"resp_") {
-            break raw[start + 6..start + 6 + 37].to_string();
-        }
-    };
-    let reader = tokio::spawn(async move {
-        while let Some(Ok(chunk)) = bytes.next().await {
-            raw.push_str(&String::from_utf8_lossy(&chunk));
-        }
-        parse_sse(status, "text/event-stream".into(), raw)
-    });
-    (id, reader)
-}
-
 #[tokio::test]
 async fn a_continuation_answers_a_paused_run_with_each_output_type() {
     let app = spawn_app().await;

@@ -32,18 +32,25 @@ impl EventEmitter {
 
     /// Sends the event with the next sequence number; returns that number.
     pub async fn emit(&mut self, event: Event) -> u64 {
+        let record = self.record(&event);
+        let sequence_number = record.sequence_number;
+        self.hub.send(Arc::new(record)).await;
+        sequence_number
+    }
+
+    /// Numbers and serialises the event without sending it (for events written together
+    /// with the run itself).
+    pub fn record(&mut self, event: &Event) -> EventRecord {
         let sequence_number = self.next_sequence;
         self.next_sequence += 1;
-        let record = EventRecord {
+        EventRecord {
             response_id: self.response_id.clone(),
             tenant_id: self.tenant_id.clone(),
             sequence_number,
             event_type: Cow::Borrowed(event.kind()),
             data: Arc::from(event.to_json(sequence_number)),
             created_at: crate::engine::now_ms(),
-        };
-        self.hub.send(Arc::new(record)).await;
-        sequence_number
+        }
     }
 
     /// Waits until everything emitted so far is stored.

@@ -228,6 +228,7 @@ impl Engine {
             lease_owner: Some(self.inner.settings.instance_id.clone()),
             lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
             now_ms: now,
+            initial_events: Vec::new(),
         };
         let response_id: Arc<str> = Arc::from(id.as_str());
         self.inner.hub.open(&response_id);
@@ -410,6 +411,19 @@ impl Engine {
         stream: bool,
     ) -> Result<StartedRun, EngineError> {
         body.status = ResponseStatus::Queued;
+        let response_id: Arc<str> = Arc::from(body.id.as_str());
+        let mut emitter = EventEmitter::new(
+            self.inner.hub.clone(),
+            response_id.clone(),
+            Arc::from(tenant_id),
+            0,
+        );
+        let created = crate::protocol::events::Event::Created {
+            response: Box::new(body.clone()),
+        };
+        let queued = crate::protocol::events::Event::Queued {
+            response: Box::new(body.clone()),
+        };
         let run = NewRun {
             tenant_id: tenant_id.to_string(),
             state: RunState::Queued,
@@ -418,26 +432,10 @@ impl Engine {
             lease_owner: None,
             lease_expires_at: None,
             now_ms: now_ms(),
+            // With the run: a claimer anywhere continues the log after them.
+            initial_events: vec![emitter.record(&created), emitter.record(&queued)],
         };
         self.inner.store.insert_run(&run).await?;
-        let response_id: Arc<str> = Arc::from(body.id.as_str());
-        let mut emitter = EventEmitter::new(
-            self.inner.hub.clone(),
-            response_id.clone(),
-            Arc::from(tenant_id),
-            0,
-        );
-        emitter
-            .emit(crate::protocol::events::Event::Created {
-                response: Box::new(body.clone()),
-            })
-            .await;
-        emitter
-            .emit(crate::protocol::events::Event::Queued {
-                response: Box::new(body.clone()),
-            })
-            .await;
-        emitter.flush().await?;
         self.inner.queued.notify_one();
         let events =
             stream.then(|| Box::pin(self.inner.hub.follow(response_id, None)) as EventStream);

@@ -106,6 +106,9 @@ pub struct NewRun {
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub now_ms: i64,
+    /// The first events of the log, written in the same transaction (a queued run must not
+    /// be claimable before they exist).
+    pub initial_events: Vec<EventRecord>,
 }
 
 /// What a transition writes besides the state.
