@@ -67,6 +67,10 @@ impl Application {
             sweep_interval: Duration::from_millis(config.runs.sweep_interval_ms.max(10)),
             max_background: config.runs.max_background.max(1),
             claim_interval: Duration::from_millis(config.runs.claim_interval_ms.max(10)),
+            retention: Duration::from_secs(config.runs.retention_hours.saturating_mul(3600)),
+            idempotency_ttl: Duration::from_secs(
+                config.runs.idempotency_ttl_hours.saturating_mul(3600),
+            ),
         };
         let engine = Engine::new(store.clone(), hub, models, registry, settings);
         // One process owns an SQLite file, so whatever it finds unfinished was abandoned.

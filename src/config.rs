@@ -161,6 +161,10 @@ pub struct RunsConfig {
     /// How often an instance looks for queued background runs (it is also woken at once by
     /// its own creates).
     pub claim_interval_ms: u64,
+    /// Stopped runs (and their event logs) are deleted after this long.
+    pub retention_hours: u64,
+    /// An `Idempotency-Key` returns the same run for this long.
+    pub idempotency_ttl_hours: u64,
 }
 
 /// A secret value: shown as `***` by `Debug` and `Serialize`.

@@ -756,3 +756,99 @@ async fn named_providers_route_their_own_models() {
         json!({"id": "llama3", "object": "model", "created": 0, "owned_by": "local"})
     );
 }
+
+async fn post_with_key(app: &TestApp, key: &str, body: &Value) -> (u16, Value) {
+    let response = app
+        .client
+        .post(app.url("/v1/responses"))
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn an_idempotency_key_returns_the_same_run_for_a_retried_request() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("only once").delayed(200));
+    let body = json!({"model": "gpt-4o-mini", "input": "charge the card"});
+    // A retry while the first is still running waits for the same run.
+    let (first, second) = tokio::join!(post_with_key(&app, "key-1", &body), async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        post_with_key(&app, "key-1", &body).await
+    });
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert_eq!(second.0, 200, "{}", second.1);
+    assert_eq!(first.1["id"], second.1["id"]);
+    assert_eq!(second.1["status"], "completed");
+    assert_eq!(second.1["output"][0]["content"][0]["text"], "only once");
+    let (_, third) = post_with_key(&app, "key-1", &body).await;
+    assert_eq!(third, first.1);
+    assert_eq!(app.llm.requests().len(), 1, "the model was asked once");
+
+    // Streamed retry: the same run's events, replayed.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    app.llm.push(Turn::text("streamed once"));
+    let first = read_sse(
+        app.client
+            .post(app.url("/v1/responses"))
+            .header("Idempotency-Key", "key-2")
+            .json(&streamed)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let again = read_sse(
+        app.client
+            .post(app.url("/v1/responses"))
+            .header("Idempotency-Key", "key-2")
+            .json(&streamed)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(again.raw, first.raw);
+    assert_eq!(app.llm.requests().len(), 2);
+
+    let (status, reply) = post_with_key(
+        &app,
+        "key-1",
+        &json!({"model": "gpt-4o-mini", "input": "something else"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(reply["error"]["code"], "idempotency_key_reused");
+    assert_eq!(
+        reply["error"]["message"],
+        "The Idempotency-Key 'key-1' was already used with a different request body."
+    );
+    let (status, reply) = post_with_key(&app, &"k".repeat(300), &body).await;
+    assert_eq!(status, 400);
+    assert_eq!(reply["error"]["param"], "Idempotency-Key");
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_idempotency_key_create_one_run() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("once").delayed(100));
+    let body = json!({"model": "gpt-4o-mini", "input": "once", "background": true});
+    let replies =
+        futures_util::future::join_all((0..6).map(|_| post_with_key(&app, "same", &body))).await;
+    let ids: std::collections::HashSet<String> = replies
+        .iter()
+        .map(|(s, r)| {
+            assert_eq!(*s, 200, "{r}");
+            r["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1);
+    let id = ids.into_iter().next().unwrap();
+    assert_eq!(app.wait_until_stopped(&id).await["status"], "completed");
+    assert_eq!(app.llm.requests().len(), 1);
+}

@@ -133,6 +133,7 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_failed_and_its_log_clos
                 lease_expires_at: Some(1),
                 now_ms: 1,
                 initial_events: vec![],
+                idempotency: None,
             })
             .await
             .unwrap();
@@ -178,4 +179,32 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_failed_and_its_log_clos
         );
         assert!(log.done);
     }
+}
+
+#[tokio::test]
+async fn stopped_runs_are_pruned_after_the_retention_window() {
+    let app = spawn_app_with(|c| {
+        c.runs.retention_hours = 0;
+        c.runs.idempotency_ttl_hours = 0;
+        c.runs.sweep_interval_ms = 50;
+    })
+    .await;
+    let (_, done) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "short-lived"}),
+        )
+        .await;
+    let id = done["id"].as_str().unwrap();
+    let mut status = 200;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        status = app.get(&format!("/v1/responses/{id}")).await.0;
+        if status == 404 {
+            break;
+        }
+    }
+    assert_eq!(status, 404, "pruned");
+    let (status, _) = app.get(&format!("/v1/responses/{id}/input_items")).await;
+    assert_eq!(status, 404);
 }

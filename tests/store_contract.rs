@@ -72,6 +72,7 @@ fn new_run(id: &str, items: usize, owner: &str, lease_expires_at: i64) -> NewRun
         lease_expires_at: Some(lease_expires_at),
         now_ms: 1_000,
         initial_events: vec![],
+        idempotency: None,
     }
 }
 

@@ -15,7 +15,19 @@ use crate::protocol::request::describe_serde_error;
 /// A JSON body.
 pub struct ApiJson<T>(pub T);
 
+/// A JSON body with the exact bytes it came as (to recognise a retried request).
+pub struct ApiJsonBytes<T>(pub T, pub Bytes);
+
 impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let ApiJsonBytes(value, _) = ApiJsonBytes::from_request(req, state).await?;
+        Ok(ApiJson(value))
+    }
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJsonBytes<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
@@ -39,7 +51,8 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
                 )
             }
         })?;
-        parse_json(&bytes).map(ApiJson)
+        let value = parse_json(&bytes)?;
+        Ok(ApiJsonBytes(value, bytes))
     }
 }
 

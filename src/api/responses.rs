@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::extract::{ApiJson, ApiQuery};
+use super::extract::{ApiJson, ApiJsonBytes, ApiQuery};
 use super::sse;
 use crate::engine::StartedRun;
 use crate::error::ApiError;
@@ -16,15 +16,46 @@ use crate::protocol::request::{
     CreateResponse, ListInputItems, RetrieveResponse, SubmitToolOutputs,
 };
 use crate::protocol::response::{Deleted, List, ResponseObject};
-use crate::store::{DEFAULT_TENANT, ItemPage};
+use crate::store::{DEFAULT_TENANT, IdempotencyKey, ItemPage};
+use sha2::{Digest, Sha256};
 
-/// `POST /v1/responses`
+/// `POST /v1/responses`. With an `Idempotency-Key` header, a retry with the same body gets
+/// the same run.
 pub async fn create(
     State(state): State<AppState>,
-    ApiJson(request): ApiJson<CreateResponse>,
+    headers: HeaderMap,
+    ApiJsonBytes(request, body): ApiJsonBytes<CreateResponse>,
 ) -> Result<Response, ApiError> {
-    let started = state.engine.create(DEFAULT_TENANT, request).await?;
+    let idempotency = idempotency_key(&headers, &body)?;
+    let started = state
+        .engine
+        .create(DEFAULT_TENANT, request, idempotency)
+        .await?;
     reply(&state, started).await
+}
+
+/// Longest accepted `Idempotency-Key`.
+const IDEMPOTENCY_KEY_MAX: usize = 255;
+
+fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or_default().trim();
+    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_MAX {
+        return Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!(
+                "Invalid 'Idempotency-Key' header: expected 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters."
+            ),
+        ));
+    }
+    let digest = Sha256::digest(body);
+    let request_hash = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(Some(IdempotencyKey {
+        key: key.to_string(),
+        request_hash,
+    }))
 }
 
 /// `POST /v1/responses/{id}/submit_tool_outputs`

@@ -31,7 +31,8 @@ use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{ResponseError, ResponseObject, ResponseStatus};
 use crate::protocol::tools::{parse_tool_choice, parse_tools};
 use crate::store::{
-    EventRecord, ItemPage, NewRun, RunState, RunStore, RunUpdate, StoreError, StoredRun,
+    EventRecord, IdempotencyKey, ItemPage, NewRun, RunState, RunStore, RunUpdate, StoreError,
+    StoredRun,
 };
 use crate::tools::registry::ToolRegistry;
 use emitter::EventEmitter;
@@ -105,6 +106,10 @@ pub struct EngineSettings {
     pub max_background: usize,
     /// How often queued runs are looked for.
     pub claim_interval: Duration,
+    /// How long stopped runs are kept.
+    pub retention: Duration,
+    /// How long an idempotency key holds.
+    pub idempotency_ttl: Duration,
 }
 
 #[derive(Clone)]
@@ -181,9 +186,16 @@ impl Engine {
         &self,
         tenant_id: &str,
         request: CreateResponse,
+        idempotency: Option<IdempotencyKey>,
     ) -> Result<StartedRun, EngineError> {
         if self.inner.runs.is_closed() {
             return Err(EngineError::ShuttingDown);
+        }
+        let stream = request.stream == Some(true);
+        if let Some(key) = &idempotency
+            && let Some(existing) = self.idempotent_run(tenant_id, key, stream).await?
+        {
+            return Ok(existing);
         }
         request.validate()?;
         let input = request.input_items()?;
@@ -216,7 +228,7 @@ impl Engine {
         let body = initial_body(&id, &prepared.model, &request);
         if request.background == Some(true) {
             return self
-                .enqueue(tenant_id, body, input, request.stream == Some(true))
+                .enqueue(tenant_id, body, input, stream, idempotency)
                 .await;
         }
         let now = now_ms();
@@ -229,11 +241,18 @@ impl Engine {
             lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
             now_ms: now,
             initial_events: Vec::new(),
+            idempotency: idempotency.clone(),
         };
         let response_id: Arc<str> = Arc::from(id.as_str());
         self.inner.hub.open(&response_id);
         if let Err(e) = self.inner.store.insert_run(&run).await {
             self.inner.hub.close(response_id).await;
+            // A concurrent retry with the same key got there first: answer with its run.
+            if let (StoreError::KeyTaken, Some(key)) = (&e, &idempotency)
+                && let Some(existing) = self.idempotent_run(tenant_id, key, stream).await?
+            {
+                return Ok(existing);
+            }
             return Err(e.into());
         }
         let mut context = history;
@@ -409,6 +428,7 @@ impl Engine {
         mut body: ResponseObject,
         input: Vec<Item>,
         stream: bool,
+        idempotency: Option<IdempotencyKey>,
     ) -> Result<StartedRun, EngineError> {
         body.status = ResponseStatus::Queued;
         let response_id: Arc<str> = Arc::from(body.id.as_str());
@@ -434,8 +454,20 @@ impl Engine {
             now_ms: now_ms(),
             // With the run: a claimer anywhere continues the log after them.
             initial_events: vec![emitter.record(&created), emitter.record(&queued)],
+            idempotency,
         };
-        self.inner.store.insert_run(&run).await?;
+        match self.inner.store.insert_run(&run).await {
+            Ok(()) => {}
+            Err(StoreError::KeyTaken) => {
+                if let Some(key) = &run.idempotency
+                    && let Some(existing) = self.idempotent_run(tenant_id, key, stream).await?
+                {
+                    return Ok(existing);
+                }
+                return Err(StoreError::KeyTaken.into());
+            }
+            Err(e) => return Err(e.into()),
+        }
         self.inner.queued.notify_one();
         let events =
             stream.then(|| Box::pin(self.inner.hub.follow(response_id, None)) as EventStream);
@@ -446,6 +478,72 @@ impl Engine {
             outcome,
             immediate: Some(body),
         })
+    }
+
+    /// The run an earlier request with this `Idempotency-Key` created: the same run again
+    /// (streamed from its first event, or once it stops), a 400 when the body differs, or
+    /// `None` when the key is unknown or expired.
+    async fn idempotent_run(
+        &self,
+        tenant_id: &str,
+        key: &IdempotencyKey,
+        stream: bool,
+    ) -> Result<Option<StartedRun>, EngineError> {
+        let Some(found) = self
+            .inner
+            .store
+            .find_idempotent(tenant_id, &key.key)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let ttl = self.inner.settings.idempotency_ttl.as_millis() as i64;
+        if found.created_at < now_ms() - ttl {
+            // Expired: forget it so the key can be used afresh.
+            self.inner.store.prune(0, now_ms() - ttl).await?;
+            return Ok(None);
+        }
+        if found.request_hash != key.request_hash {
+            return Err(EngineError::Invalid(
+                FieldError::new(
+                    "",
+                    format!(
+                        "The Idempotency-Key '{}' was already used with a different request body.",
+                        key.key
+                    ),
+                ),
+                Some("idempotency_key_reused"),
+            ));
+        }
+        let id = found.response_id;
+        let response_id: Arc<str> = Arc::from(id.as_str());
+        let (_, outcome) = oneshot::channel();
+        if stream {
+            let events = Box::pin(self.inner.hub.follow(response_id, None)) as EventStream;
+            return Ok(Some(StartedRun {
+                id,
+                events: Some(events),
+                outcome,
+                immediate: None,
+            }));
+        }
+        // Running: answer when it stops, as the first request will.
+        let events = self.inner.hub.follow(response_id, None);
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = futures_util::StreamExt::next(&mut events).await {
+            event?;
+        }
+        let body = match self.get_run(tenant_id, &id).await {
+            Ok(run) => run.body,
+            Err(EngineError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(Some(StartedRun {
+            id,
+            events: None,
+            outcome,
+            immediate: Some(body),
+        }))
     }
 
     /// Takes queued runs from the database while this instance has free slots.
@@ -815,6 +913,20 @@ impl Engine {
                 }
                 if let Err(e) = engine.expire_overdue().await {
                     tracing::warn!(error = %e, "sweep for expired runs failed");
+                }
+                let retention = settings.retention.as_millis() as i64;
+                let keys = settings.idempotency_ttl.as_millis() as i64;
+                match engine
+                    .inner
+                    .store
+                    .prune(now_ms() - retention, now_ms() - keys)
+                    .await
+                {
+                    Ok((0, 0)) => {}
+                    Ok((runs, keys)) => {
+                        tracing::info!(runs, keys, "pruned past the retention windows")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "pruning failed"),
                 }
             }
         });

@@ -80,6 +80,9 @@ pub enum StoreError {
     Conflict { actual: RunState },
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// Another request already holds this idempotency key.
+    #[error("the idempotency key is taken")]
+    KeyTaken,
     #[error("database error: {0}")]
     Database(String),
 }
@@ -109,6 +112,24 @@ pub struct NewRun {
     /// The first events of the log, written in the same transaction (a queued run must not
     /// be claimable before they exist).
     pub initial_events: Vec<EventRecord>,
+    /// The client's `Idempotency-Key`, recorded in the same transaction: `KeyTaken` if
+    /// another request holds it.
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+/// An `Idempotency-Key` and the hash of the request body it came with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub key: String,
+    pub request_hash: String,
+}
+
+/// A recorded `Idempotency-Key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotentRequest {
+    pub request_hash: String,
+    pub response_id: String,
+    pub created_at: i64,
 }
 
 /// What a transition writes besides the state.
@@ -255,6 +276,22 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// The highest sequence number in a run's event log.
     async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError>;
+
+    /// The run recorded for an idempotency key.
+    async fn find_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+    ) -> Result<Option<IdempotentRequest>, StoreError>;
+
+    /// Deletes stopped runs (with their items and events) last changed before
+    /// `runs_before_ms`, and idempotency keys recorded before `keys_before_ms`. Returns how
+    /// many runs and keys went.
+    async fn prune(
+        &self,
+        runs_before_ms: i64,
+        keys_before_ms: i64,
+    ) -> Result<(u64, u64), StoreError>;
 
     /// Runs in one of `states` whose lease is held by `owner`.
     async fn runs_owned_by(

@@ -114,6 +114,23 @@ macro_rules! impl_run_store {
             ) -> Result<(), $crate::store::StoreError> {
                 use sqlx::types::Json;
                 let mut tx = self.pool.begin().await?;
+                if let Some(idempotency) = &run.idempotency {
+                    let recorded = sqlx::query(
+                        "INSERT INTO idempotency_keys (tenant_id, key, request_hash, response_id, created_at) \
+                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(&run.tenant_id)
+                    .bind(&idempotency.key)
+                    .bind(&idempotency.request_hash)
+                    .bind(&run.body.id)
+                    .bind(run.now_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if recorded == 0 {
+                        return Err($crate::store::StoreError::KeyTaken);
+                    }
+                }
                 sqlx::query(
                     "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
                      created_at, updated_at, lease_owner, lease_expires_at, body) \
@@ -497,6 +514,67 @@ macro_rules! impl_run_store {
                 .fetch_one(&self.pool)
                 .await?;
                 Ok(last.map(|n| n.max(0) as u64))
+            }
+
+            async fn find_idempotent(
+                &self,
+                tenant_id: &str,
+                key: &str,
+            ) -> Result<Option<$crate::store::IdempotentRequest>, $crate::store::StoreError> {
+                let row: Option<(String, String, i64)> = sqlx::query_as(
+                    "SELECT request_hash, response_id, created_at FROM idempotency_keys \
+                     WHERE tenant_id = $1 AND key = $2",
+                )
+                .bind(tenant_id)
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row.map(|(request_hash, response_id, created_at)| {
+                    $crate::store::IdempotentRequest {
+                        request_hash,
+                        response_id,
+                        created_at,
+                    }
+                }))
+            }
+
+            async fn prune(
+                &self,
+                runs_before_ms: i64,
+                keys_before_ms: i64,
+            ) -> Result<(u64, u64), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query(
+                    "DELETE FROM response_events WHERE response_id IN (SELECT id FROM responses \
+                     WHERE updated_at < $1 AND state IN \
+                     ('completed', 'failed', 'incomplete', 'cancelled', 'expired'))",
+                )
+                .bind(runs_before_ms)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM input_items WHERE response_id IN (SELECT id FROM responses \
+                     WHERE updated_at < $1 AND state IN \
+                     ('completed', 'failed', 'incomplete', 'cancelled', 'expired'))",
+                )
+                .bind(runs_before_ms)
+                .execute(&mut *tx)
+                .await?;
+                let runs = sqlx::query(
+                    "DELETE FROM responses WHERE updated_at < $1 AND state IN \
+                     ('completed', 'failed', 'incomplete', 'cancelled', 'expired')",
+                )
+                .bind(runs_before_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                let keys = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+                    .bind(keys_before_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok((runs, keys))
             }
 
             async fn runs_owned_by(
