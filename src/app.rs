@@ -20,8 +20,6 @@ use crate::store;
 use crate::tools::ToolHandler;
 use crate::tools::registry::ToolRegistry;
 
-/// How long a run's lease holds without renewal; renewed every third of it.
-const LEASE_TTL: Duration = Duration::from_secs(30);
 /// After the runs stop, how long open connections get to finish their last bytes.
 const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
 
@@ -61,7 +59,7 @@ impl Application {
         let (hub, writer) = EventHub::start(store.clone(), config.runs.event_batch_max);
         let settings = EngineSettings {
             instance_id: uuid::Uuid::now_v7().simple().to_string(),
-            lease_ttl: LEASE_TTL,
+            lease_ttl: Duration::from_millis(config.runs.lease_ttl_ms),
             tools: config.tools.clone(),
             requires_action_ttl: Duration::from_millis(config.runs.requires_action_ttl_ms),
             sweep_interval: Duration::from_millis(config.runs.sweep_interval_ms.max(10)),

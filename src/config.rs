@@ -161,6 +161,9 @@ pub struct RunsConfig {
     /// How often an instance looks for queued background runs (it is also woken at once by
     /// its own creates).
     pub claim_interval_ms: u64,
+    /// How long an instance's claim on a running run holds without renewal; after it, another
+    /// instance takes the run over.
+    pub lease_ttl_ms: u64,
     /// Stopped runs (and their event logs) are deleted after this long.
     pub retention_hours: u64,
     /// An `Idempotency-Key` returns the same run for this long.
@@ -257,6 +260,11 @@ impl Config {
         if self.tools.max_concurrency == 0 || self.tools.max_turns == 0 {
             return Err(ConfigError::Invalid(
                 "tools.max_concurrency and tools.max_turns must be positive".into(),
+            ));
+        }
+        if self.runs.lease_ttl_ms <= self.runs.sweep_interval_ms {
+            return Err(ConfigError::Invalid(
+                "runs.lease_ttl_ms must be longer than runs.sweep_interval_ms (leases are renewed every sweep)".into(),
             ));
         }
         if self.runs.event_batch_max == 0 {

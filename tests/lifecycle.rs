@@ -16,7 +16,7 @@ use switchyard::store::{self, NewRun, RunState};
 
 #[tokio::test]
 async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
-    for (url, _dir) in database_urls() {
+    for (url, _dir) in database_urls().await {
         let app = spawn_app_on(&url, |_| {}).await;
         app.llm.push(Turn::text("kept across restarts"));
         let live = app
@@ -57,7 +57,7 @@ async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
 
 #[tokio::test]
 async fn a_graceful_shutdown_fails_runs_that_outlive_the_grace_period() {
-    for (url, _dir) in database_urls() {
+    for (url, _dir) in database_urls().await {
         let grace = |c: &mut switchyard::config::Config| c.server.shutdown_grace_seconds = 1;
         let mut app = spawn_app_on(&url, grace).await;
         app.llm.push(Turn {
@@ -106,8 +106,8 @@ async fn a_graceful_shutdown_fails_runs_that_outlive_the_grace_period() {
 }
 
 #[tokio::test]
-async fn a_run_left_in_progress_by_a_crashed_instance_is_failed_and_its_log_closed() {
-    for (url, _dir) in database_urls() {
+async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_completed() {
+    for (url, _dir) in database_urls().await {
         // What a process killed mid-run leaves behind: an in-progress run under an expired
         // lease with a partial event log.
         let store = store::connect(&url, 2).await.unwrap();
@@ -151,14 +151,41 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_failed_and_its_log_clos
                 response: Box::new(body),
             })
             .await;
+        // A message was being streamed when the process died.
+        let message = switchyard::protocol::items::Item::Message(
+            switchyard::protocol::items::Message::assistant("msg_crashed".into()),
+        );
+        emitter
+            .emit(Event::OutputItemAdded {
+                output_index: 0,
+                item: message,
+            })
+            .await;
+        emitter
+            .emit(Event::OutputTextDelta {
+                item_id: "msg_crashed".into(),
+                output_index: 0,
+                content_index: 0,
+                delta: "Half a sent".into(),
+                logprobs: vec![],
+            })
+            .await;
         emitter.flush().await.unwrap();
         drop(emitter);
         writer.finish(hub).await;
 
-        let app = spawn_app_on(&url, |_| {}).await;
-        let (_, stored) = app.get(&format!("/v1/responses/{id}")).await;
-        assert_eq!(stored["status"], "failed", "{url}");
-        assert_eq!(stored["error"]["code"], "server_error");
+        // A new process takes the run over and finishes it.
+        let app = spawn_app_on(&url, |c| {
+            c.runs.lease_ttl_ms = 1_000;
+            c.runs.sweep_interval_ms = 100;
+        })
+        .await;
+        app.llm.push(Turn::text("A whole answer"));
+        let stored = app.wait_until_stopped(&id).await;
+        assert_eq!(stored["status"], "completed", "{url}: {stored}");
+        assert_eq!(stored["output"][0]["status"], "incomplete");
+        assert_eq!(stored["output"][0]["content"][0]["text"], "Half a sent");
+        assert_eq!(stored["output"][1]["content"][0]["text"], "A whole answer");
         let log = read_sse(
             app.client
                 .get(app.url(&format!("/v1/responses/{id}?stream=true")))
@@ -168,16 +195,20 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_failed_and_its_log_clos
         )
         .await;
         assert_numbering(&log);
+        assert!(log.done);
         assert_eq!(
-            log.types(),
+            &log.types()[..6],
             [
                 "response.created",
                 "response.in_progress",
-                "error",
-                "response.failed"
+                "response.output_item.added",
+                "response.output_text.delta",
+                "response.output_item.done",
+                "response.in_progress",
             ]
         );
-        assert!(log.done);
+        assert_eq!(log.events[4].data["item"]["status"], "incomplete");
+        assert_eq!(log.last().event, "response.completed");
     }
 }
 

@@ -346,7 +346,7 @@ async fn submit_tool_outputs_refuses_what_does_not_answer_every_pending_call_exa
 
 #[tokio::test]
 async fn of_two_concurrent_submissions_exactly_one_resumes_the_run() {
-    for (url, _dir) in database_urls() {
+    for (url, _dir) in database_urls().await {
         let app = spawn_app_on(&url, |_| {}).await;
         app.llm.push(Turn::tool_call(
             "call_w",
@@ -387,7 +387,7 @@ async fn of_two_concurrent_submissions_exactly_one_resumes_the_run() {
 
 #[tokio::test]
 async fn a_paused_run_resumes_after_the_service_restarts() {
-    for (url, _dir) in database_urls() {
+    for (url, _dir) in database_urls().await {
         let app = spawn_app_on(&url, |_| {}).await;
         app.llm.push(Turn::tool_call(
             "call_w",

@@ -53,6 +53,11 @@ impl EventEmitter {
         }
     }
 
+    /// The sequence number the next event gets.
+    pub fn next_sequence(&self) -> u64 {
+        self.next_sequence
+    }
+
     /// Waits until everything emitted so far is stored.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.hub.flush(self.response_id.clone()).await

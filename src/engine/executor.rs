@@ -24,6 +24,9 @@ pub struct ServerCall {
     pub options: ToolOptions,
     /// The approval request this call executes (or is denied) under.
     pub approval_request_id: Option<String>,
+    /// The id of its `mcp_call` item, fixed when the call is dispatched so that a checkpoint
+    /// and the event log name it alike.
+    pub item_id: String,
 }
 
 /// Progress of a call, tagged with its slot (its place in the model's call order).

@@ -6,6 +6,7 @@ pub mod emitter;
 mod executor;
 pub mod hub;
 mod pause;
+mod recovery;
 mod run;
 pub mod state;
 mod toolset;
@@ -390,6 +391,8 @@ impl Engine {
             pending: Vec::new(),
             pending_approvals: Vec::new(),
             decisions: launch.decisions,
+            owner: self.inner.settings.instance_id.clone(),
+            lost: false,
         };
         let engine = self.clone();
         let tenant = launch.tenant_id;
@@ -783,24 +786,41 @@ impl Engine {
         }
     }
 
-    /// Fails runs whose instance is gone: on start, and then periodically. With `all`, every
-    /// unfinished run not held by this instance counts (one process owns an SQLite file).
+    /// Takes over runs whose instance is gone (their lease ran out): on start, and then
+    /// periodically. With `all`, every running run not held by this instance counts (one
+    /// process owns an SQLite file). A run that cannot be continued is failed.
     pub async fn recover_abandoned(&self, all: bool) -> Result<usize, EngineError> {
         let now = if all { i64::MAX } else { now_ms() };
+        let settings = &self.inner.settings;
         let stale = self
             .inner
             .store
-            .stale_runs(now, &self.inner.settings.instance_id)
+            .stale_runs(now, &settings.instance_id)
             .await?;
-        let count = stale.len();
+        let mut taken = 0;
         for run in stale {
-            self.abandon(
-                run,
-                "The run was interrupted: the instance executing it stopped.",
-            )
-            .await;
+            let until = now_ms() + settings.lease_ttl.as_millis() as i64;
+            let id = run.body.id.clone();
+            // Several instances may find it; one claims it.
+            if !self
+                .inner
+                .store
+                .claim_stale(&id, &settings.instance_id, until, now)
+                .await?
+            {
+                continue;
+            }
+            taken += 1;
+            if let Err(e) = self.take_over(run.clone()).await {
+                tracing::error!(response_id = %id, error = %e, "cannot take over a run; failing it");
+                self.abandon(
+                    run,
+                    "The run was interrupted: the instance executing it stopped.",
+                )
+                .await;
+            }
         }
-        Ok(count)
+        Ok(taken)
     }
 
     /// Ends a run nobody executes any more: its open items are closed `incomplete`, its log

@@ -29,7 +29,7 @@ use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{
     IncompleteDetails, ResponseError, ResponseObject, ResponseStatus, Usage,
 };
-use crate::store::{RunState, RunStore, RunUpdate};
+use crate::store::{RunState, RunStore, RunUpdate, StoreError};
 use crate::tools::{ToolContext, ToolErrorKind, ToolResult};
 
 /// The model parameters a run uses on every turn (tools are added from its tool set).
@@ -83,6 +83,9 @@ enum Ending {
     RequiresAction,
     /// The client cancelled the run.
     Cancelled,
+    /// Another instance took the run over (this one lost its lease): stop without a word,
+    /// the run's state and log are the other instance's now.
+    Lost,
     Incomplete(&'static str),
     Failed {
         code: &'static str,
@@ -133,6 +136,10 @@ pub(super) struct RunTask {
     pub pending_approvals: Vec<Value>,
     /// The client's answers to earlier approval requests, acted on before the next turn.
     pub decisions: Vec<Decision>,
+    /// This instance, as the holder of the run's lease.
+    pub owner: String,
+    /// Set when a checkpoint finds the run taken over (or stopped) elsewhere.
+    pub lost: bool,
 }
 
 /// The client's answer to an approval request.
@@ -207,6 +214,7 @@ impl RunTask {
         self.hub.close(response_id).await;
         // An unstored run is kept while it waits for the client, and deleted once it stops.
         if !self.body.store
+            && !self.lost
             && self.body.required_action.is_none()
             && let Err(e) = self.store.delete_run(&self.tenant_id, &id).await
         {
@@ -245,6 +253,7 @@ impl RunTask {
                     _ => Default::default(),
                 },
                 approval_request_id: Some(decision.request.id.clone()),
+                item_id: ids::new(ids::MCP_CALL),
             };
             match (decision.approve, entry.map(|e| e.executor)) {
                 (true, Some(Executor::Server(tool))) => {
@@ -293,6 +302,9 @@ impl RunTask {
                 Err(ending) => return ending,
             };
             self.transcript.push(Item::TurnEnd(TurnEnd::default()));
+            if !self.checkpoint(None).await {
+                return Ending::Lost;
+            }
             if self.limits.on_error == ToolErrorPolicy::Fail
                 && let Some(failed) = presented
                     .iter()
@@ -539,8 +551,54 @@ impl RunTask {
         }
     }
 
-    /// Why a run stopped early: the client's cancel, or the service shutting down.
+    /// Saves the run's progress: its transcript, and the server calls of `turn` dispatched
+    /// so far (as in-progress `mcp_call` items). `false` when the run is no longer this
+    /// instance's to execute.
+    async fn checkpoint(&mut self, turn: Option<&Turn>) -> bool {
+        let mut transcript = self.transcript.clone();
+        for call in turn.map(|t| t.calls.calls.as_slice()).unwrap_or_default() {
+            transcript.push(Item::McpCall(McpCall {
+                id: call.item_id.clone(),
+                server_label: call.server_label.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+                output: None,
+                error: None,
+                status: Some(ItemStatus::InProgress),
+                approval_request_id: call.approval_request_id.clone(),
+                data: None,
+            }));
+        }
+        match self
+            .store
+            .checkpoint(
+                &self.body.id,
+                &self.owner,
+                &self.body,
+                &transcript,
+                now_ms(),
+            )
+            .await
+        {
+            Ok(()) => true,
+            Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
+                tracing::warn!(response_id = %self.body.id, "the run is executed elsewhere now; stopping here");
+                false
+            }
+            // A passing database fault: the next checkpoint may succeed.
+            Err(e) => {
+                tracing::warn!(response_id = %self.body.id, error = %e, "checkpoint failed");
+                true
+            }
+        }
+    }
+
+    /// Why a run stopped early: the client's cancel, the service shutting down, or the run
+    /// taken over elsewhere.
     fn stop_ending(&self) -> Ending {
+        if self.lost {
+            return Ending::Lost;
+        }
         if self.cancelled.load(Ordering::SeqCst) {
             Ending::Cancelled
         } else {
@@ -599,6 +657,7 @@ impl RunTask {
             arguments: call.arguments.clone(),
             options,
             approval_request_id: None,
+            item_id: ids::new(ids::MCP_CALL),
         };
         let refusal = match &entry {
             None => Some(format!(
@@ -658,6 +717,11 @@ impl RunTask {
                     cancel: self.stop.child_token(),
                 };
                 turn.calls.start(server_call, tool, context);
+                // Recorded before it can have effects: after a crash it is not run again.
+                if !self.checkpoint(Some(turn)).await {
+                    self.lost = true;
+                    self.stop.cancel();
+                }
             }
             None => {}
         }
@@ -899,7 +963,7 @@ impl RunTask {
 
     /// Opens a call's `mcp_call` item: added, arguments, in progress.
     async fn open_call(&mut self, call: &ServerCall) -> (usize, String) {
-        let item_id = ids::new(ids::MCP_CALL);
+        let item_id = call.item_id.clone();
         let output_index = self.body.output.len();
         let item = Item::McpCall(McpCall {
             id: item_id.clone(),
@@ -1099,6 +1163,10 @@ impl RunTask {
         }
         let mut expires_at = None;
         let (state, upstream) = match ending {
+            Ending::Lost => {
+                self.lost = true;
+                return None;
+            }
             Ending::Completed => {
                 self.body.status = ResponseStatus::Completed;
                 self.body.completed_at = Some(now_ms() / 1000);
@@ -1192,7 +1260,7 @@ fn hidden_item(call: &ServerCall, result: Option<&ToolResult>) -> Item {
     let unfinished = ToolResult::failure(ToolErrorKind::Cancelled, "The call did not finish.");
     Item::McpCall(call_item(
         call,
-        ids::new(ids::MCP_CALL),
+        call.item_id.clone(),
         result.unwrap_or(&unfinished),
     ))
 }

@@ -274,6 +274,16 @@ pub trait RunStore: Send + Sync + 'static {
         exclude_owner: &str,
     ) -> Result<Vec<StoredRun>, StoreError>;
 
+    /// Takes over a running run whose lease ran out before `now_ms`: `true` if this
+    /// instance (`owner`) now holds it.
+    async fn claim_stale(
+        &self,
+        id: &str,
+        owner: &str,
+        lease_expires_at: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+
     /// The highest sequence number in a run's event log.
     async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError>;
 

@@ -503,6 +503,29 @@ macro_rules! impl_run_store {
                 rows.into_iter().map(TryInto::try_into).collect()
             }
 
+            async fn claim_stale(
+                &self,
+                id: &str,
+                owner: &str,
+                lease_expires_at: i64,
+                now_ms: i64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let claimed = sqlx::query(
+                    "UPDATE responses SET lease_owner = $1, lease_expires_at = $2 \
+                     WHERE id = $3 AND state = 'in_progress' \
+                     AND (lease_owner IS NULL OR lease_owner <> $1) \
+                     AND (lease_expires_at IS NULL OR lease_expires_at < $4)",
+                )
+                .bind(owner)
+                .bind(lease_expires_at)
+                .bind(id)
+                .bind(now_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                Ok(claimed == 1)
+            }
+
             async fn last_sequence_number(
                 &self,
                 id: &str,

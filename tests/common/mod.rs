@@ -84,14 +84,16 @@ pub async fn fresh_postgres_url() -> Option<String> {
     Some(format!("{server}/{name}"))
 }
 
-/// A fresh SQLite URL in a new temp dir, plus PostgreSQL when `TEST_DATABASE_URL` is set.
-pub fn database_urls() -> Vec<(String, Option<TempDir>)> {
+/// A fresh SQLite URL in a new temp dir, plus a fresh PostgreSQL database when
+/// `TEST_DATABASE_URL` is set. Each test gets its own: instances take over each other's
+/// abandoned runs, so tests must not share a database.
+pub async fn database_urls() -> Vec<(String, Option<TempDir>)> {
     let dir = tempfile::tempdir().unwrap();
     let mut urls = vec![(
         format!("sqlite://{}/switchyard.db", dir.path().display()),
         Some(dir),
     )];
-    if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
+    if let Some(url) = fresh_postgres_url().await {
         urls.push((url, None));
     }
     urls

@@ -1,0 +1,195 @@
+//! Taking over a run whose instance died. The run continues from its last checkpoint (the
+//! last completed model turn, and the server calls dispatched since); the event log is
+//! completed first: items left open by the crash are closed `incomplete`, and a dispatched
+//! call with no recorded result is reported to the model as interrupted — it is never run
+//! twice.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::emitter::EventEmitter;
+use super::{Engine, EngineError, Launch, now_ms};
+use crate::protocol::events::Event;
+use crate::protocol::items::{Item, ItemStatus, TurnEnd};
+use crate::protocol::response::ResponseStatus;
+use crate::store::{EventRecord, StoredRun};
+
+/// Events read per query while rebuilding a log.
+const PAGE: u32 = 1000;
+
+const INTERRUPTED: &str =
+    "The call was interrupted: the instance running it stopped. It was not run again.";
+
+/// The output as the event log shows it, and which items were still open.
+fn rebuild_output(events: &[EventRecord]) -> (Vec<Item>, BTreeSet<usize>) {
+    let mut items: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut open = BTreeSet::new();
+    let mut text: HashMap<usize, String> = HashMap::new();
+    for event in events {
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        let index = data
+            .get("output_index")
+            .and_then(Value::as_u64)
+            .map(|i| i as usize);
+        match (event.event_type.as_ref(), index) {
+            ("response.output_item.added", Some(index)) => {
+                items.insert(index, data["item"].clone());
+                open.insert(index);
+            }
+            ("response.output_item.done", Some(index)) => {
+                items.insert(index, data["item"].clone());
+                open.remove(&index);
+            }
+            ("response.output_text.delta", Some(index)) => {
+                text.entry(index)
+                    .or_default()
+                    .push_str(data["delta"].as_str().unwrap_or_default());
+            }
+            _ => {}
+        }
+    }
+    for index in &open {
+        if let (Some(item), Some(text)) = (items.get_mut(index), text.get(index))
+            && item["type"] == "message"
+        {
+            item["content"] =
+                json!([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]);
+        }
+    }
+    let output = items
+        .into_values()
+        .filter_map(|value| serde_json::from_value::<Item>(value).ok())
+        .collect();
+    (output, open)
+}
+
+impl Engine {
+    /// Continues a run this instance has just claimed from a dead one.
+    pub(super) async fn take_over(&self, run: StoredRun) -> Result<(), EngineError> {
+        let id = run.body.id.clone();
+        let tenant_id = run.tenant_id.clone();
+        let store = &self.inner.store;
+        let mut events = Vec::new();
+        loop {
+            let after = events.last().map(|e: &EventRecord| e.sequence_number);
+            let page = store.events_after(&id, after, PAGE).await?;
+            let done = page.len() < PAGE as usize;
+            events.extend(page);
+            if done {
+                break;
+            }
+        }
+        let next = events.last().map_or(0, |e| e.sequence_number + 1);
+        let mut emitter = EventEmitter::new(
+            self.inner.hub.clone(),
+            Arc::from(id.as_str()),
+            Arc::from(tenant_id.as_str()),
+            next,
+        );
+
+        // The log first: what was open at the crash is closed, incomplete.
+        let (mut output, open) = rebuild_output(&events);
+        for index in open {
+            if let Some(item) = output.get_mut(index) {
+                *item.status_mut() = Some(ItemStatus::Incomplete);
+                let event = Event::OutputItemDone {
+                    output_index: index,
+                    item: item.clone(),
+                };
+                emitter.emit(event).await;
+            }
+        }
+
+        // Then the transcript: dispatched calls take their logged result, or are interrupted.
+        let logged: HashMap<String, Item> = output
+            .iter()
+            .filter(|item| {
+                matches!(item, Item::McpCall(c) if matches!(c.status, Some(ItemStatus::Completed | ItemStatus::Failed)))
+            })
+            .map(|item| (item.id().to_string(), item.clone()))
+            .collect();
+        let mut transcript = run.transcript.clone();
+        let mut interrupted = 0;
+        for item in transcript.iter_mut() {
+            let Item::McpCall(call) = item else { continue };
+            if call.status != Some(ItemStatus::InProgress) {
+                continue;
+            }
+            if let Some(result) = logged.get(&call.id) {
+                *item = result.clone();
+                continue;
+            }
+            interrupted += 1;
+            call.status = Some(ItemStatus::Failed);
+            call.error = Some(json!({"type": "mcp_tool_execution_error", "content": INTERRUPTED}));
+            let shown = output.iter().position(|o| o.id() == call.id);
+            let failed = Item::McpCall(call.clone());
+            match shown {
+                // Shown before the crash: its item now says why it failed.
+                Some(index) => output[index] = failed,
+                None => {
+                    let output_index = output.len();
+                    output.push(failed.clone());
+                    emitter
+                        .emit(Event::OutputItemAdded {
+                            output_index,
+                            item: failed.clone(),
+                        })
+                        .await;
+                    emitter
+                        .emit(Event::OutputItemDone {
+                            output_index,
+                            item: failed,
+                        })
+                        .await;
+                }
+            }
+        }
+        if !matches!(transcript.last(), None | Some(Item::TurnEnd(_))) {
+            transcript.push(Item::TurnEnd(TurnEnd::default()));
+        }
+        emitter.flush().await?;
+        tracing::warn!(
+            response_id = %id,
+            events = events.len(),
+            interrupted,
+            "took over a run from an instance that stopped"
+        );
+
+        let mut body = run.body.clone();
+        body.output = output;
+        body.status = ResponseStatus::InProgress;
+        let prior_usage = body.usage.take();
+        store
+            .checkpoint(
+                &id,
+                &self.inner.settings.instance_id,
+                &body,
+                &transcript,
+                now_ms(),
+            )
+            .await?;
+        let request = super::pause::request_from_body(&body);
+        let history = self.history_of(&tenant_id, &body).await?;
+        let prepared = self.prepare(&request, &history, &transcript)?;
+        let mut context = history;
+        context.extend(store.input_items(&tenant_id, &id).await?);
+        let launch = Launch {
+            tenant_id,
+            body,
+            context,
+            transcript,
+            next_sequence: emitter.next_sequence(),
+            resumed: true,
+            stream: false,
+            decisions: Vec::new(),
+            prior_usage,
+        };
+        self.launch(prepared, launch);
+        Ok(())
+    }
+}
