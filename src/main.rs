@@ -29,6 +29,8 @@ enum Command {
     Migrate,
     /// Print the effective configuration (secrets redacted) and exit.
     CheckConfig,
+    /// Exit 0 when the configured instance answers /readyz (for container health checks).
+    Probe,
 }
 
 #[tokio::main]
@@ -49,6 +51,7 @@ async fn main() -> ExitCode {
             print!("{}", config.to_redacted_toml());
             Ok(())
         }
+        Command::Probe => probe(&config).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,6 +79,21 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
     let store = switchyard::store::connect(&config.database.url, 1).await?;
     store.ping().await?;
     println!("migrations applied to {}", redact_url(&config.database.url));
+    Ok(())
+}
+
+/// Asks this host's instance whether it is ready.
+async fn probe(config: &Config) -> anyhow::Result<()> {
+    let host = match config.server.host.as_str() {
+        "0.0.0.0" | "::" => "127.0.0.1",
+        host => host,
+    };
+    let url = format!("http://{host}:{}/readyz", config.server.port);
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(2))
+        .build()?;
+    let status = client.get(&url).send().await?.status();
+    anyhow::ensure!(status.is_success(), "{url} answered {status}");
     Ok(())
 }
 

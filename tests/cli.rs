@@ -81,6 +81,15 @@ fn bad_configuration_is_refused_with_a_clear_message() {
 }
 
 #[test]
+fn probe_fails_when_nothing_answers() {
+    let (code, _, err) = run(switchyard()
+        .arg("probe")
+        .env("SWITCHYARD__SERVER__PORT", "1"));
+    assert_eq!(code, 1);
+    assert!(err.contains("127.0.0.1:1/readyz"), "{err}");
+}
+
+#[test]
 fn migrate_creates_the_sqlite_file_and_its_folder() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/folder/s.db");
@@ -130,6 +139,11 @@ fn serve_answers_and_stops_cleanly_on_sigterm() {
             .as_u16()
     });
     assert_eq!(ready, 200);
+    let port = address.rsplit(':').next().unwrap();
+    let (code, _, err) = run(switchyard()
+        .arg("probe")
+        .env("SWITCHYARD__SERVER__PORT", port));
+    assert_eq!(code, 0, "probe of a ready instance: {err}");
 
     let pid = child.id().to_string();
     assert!(
