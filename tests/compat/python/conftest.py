@@ -45,6 +45,13 @@ def short_pause_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         yield svc
 
 
+@pytest.fixture(scope="session")
+def one_slot_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """A pair whose switchyard runs one background run at a time: the next one stays queued."""
+    with running_services(tmp_path_factory, SWITCHYARD__RUNS__MAX_BACKGROUND="1") as svc:
+        yield svc
+
+
 @pytest.fixture(autouse=True)
 def fake(services: Services) -> FakeLLM:
     """The scripted upstream, with an empty turn queue and request log for every test."""

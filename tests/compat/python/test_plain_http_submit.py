@@ -103,8 +103,10 @@ class Api:
     def __init__(self, base_url: str) -> None:
         self.root = f"{base_url}/v1"
 
-    def _request(self, method: str, path: str, body: Any, accept: str) -> urllib.request.Request:
-        headers = {"Authorization": "Bearer test", "Accept": accept}
+    def _request(
+        self, method: str, path: str, body: Any, accept: str, extra_headers: dict[str, str] | None = None
+    ) -> urllib.request.Request:
+        headers = {"Authorization": "Bearer test", "Accept": accept, **(extra_headers or {})}
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -124,16 +126,18 @@ class Api:
                 return error.code, json.load(error)
 
     @contextmanager
-    def open_stream(self, method: str, path: str, body: Any = None) -> Iterator[Iterator[Frame]]:
+    def open_stream(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Iterator[Iterator[Frame]]:
         """The frames of an SSE reply, each as soon as it has arrived."""
-        request = self._request(method, path, body, "text/event-stream")
+        request = self._request(method, path, body, "text/event-stream", headers)
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as reply:
             assert reply.status == 200
             assert reply.headers["Content-Type"].startswith("text/event-stream")
             yield read_frames(reply)
 
-    def stream(self, method: str, path: str, body: Any = None) -> Transcript:
-        with self.open_stream(method, path, body) as frames:
+    def stream(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Transcript:
+        with self.open_stream(method, path, body, headers) as frames:
             return Transcript(list(frames))
 
     # The calls of SPEC §2 used below.

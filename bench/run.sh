@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Benchmarks, from a fresh checkout: bash bench/run.sh
+# Builds the release binaries, runs switchyard against the fake upstream on SQLite and (when a
+# local PostgreSQL answers) on PostgreSQL, and prints markdown tables.
+#   BENCH_REATTACHES (default 500)  PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+REATTACHES="${BENCH_REATTACHES:-500}"
+PGHOST="${PGHOST:-127.0.0.1}"; PGPORT="${PGPORT:-5432}"; PGUSER="${PGUSER:-postgres}"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [[ -n "${pgdb:-}" ]] && psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d test -qc "DROP DATABASE IF EXISTS $pgdb WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cargo build --release --quiet -p switchyard -p fake-llm -p switchyard-bench
+
+# Waits for "pattern" in a log file and prints the address after it.
+address_in() {
+  local file=$1 pattern=$2
+  for _ in $(seq 1 200); do
+    if grep -q "$pattern" "$file" 2>/dev/null; then
+      grep -m1 -o "$pattern[^ ]*" "$file" | sed "s|$pattern||; s|\"||g"
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "timed out waiting for $pattern in $file" >&2
+  return 1
+}
+
+target/release/fake-llm --listen 127.0.0.1:0 > "$work/fake.log" 2>&1 &
+pids+=($!)
+upstream="http://$(address_in "$work/fake.log" "listening on http://")/v1"
+
+bench_on() {
+  local label=$1 url=$2
+  SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$upstream" \
+    RUST_LOG=warn,switchyard::app=info target/release/switchyard > "$work/$label.log" 2>&1 &
+  local pid=$!
+  pids+=($pid)
+  local address
+  address="$(address_in "$work/$label.log" "address=")"
+  echo
+  echo "### stream resume on $label: reattach to a stored log (starting_after=3) → first replayed event"
+  echo
+  target/release/switchyard-bench resume --base "http://$address" --reattaches "$REATTACHES"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+}
+
+echo "## switchyard benchmarks — $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m); generator, fake upstream and service on one machine"
+bench_on sqlite "sqlite://$work/bench.db"
+if pg_isready -h "$PGHOST" -p "$PGPORT" -q 2>/dev/null; then
+  pgdb="switchyard_bench_$$"
+  psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d test -qc "CREATE DATABASE $pgdb"
+  bench_on postgres "postgres://$PGUSER@$PGHOST:$PGPORT/$pgdb"
+else
+  echo; echo "(PostgreSQL not reachable on $PGHOST:$PGPORT: skipped)"
+fi
