@@ -376,6 +376,47 @@ check('a paused run resumes through client.post and the stream helper reads the 
   assert.equal(error.error.message, 'Runs in status "completed" do not accept tool outputs.');
 });
 
+check('a background create is queued and the stream helper reattaches by id while it runs', async () => {
+  const chunks = ['One, ', 'two, ', 'three, ', 'four.'];
+  await services.script(textTurn(chunks, { delayMs: 250 }));
+
+  const queued = await client.responses.create({ model: MODEL, input: 'Count to four', background: true });
+
+  assert.match(queued.id, /^resp_/);
+  assert.deepEqual([queued.status, queued.background, queued.output, queued.usage], ['queued', true, [], null]);
+
+  // A first reader follows the run from its start and goes away after the first text delta.
+  const first = await client.responses.retrieve(queued.id, { stream: true });
+  const head = [];
+  for await (const event of first) {
+    head.push(event);
+    if (event.type === 'response.output_text.delta') break;
+  }
+  const last = head.at(-1).sequence_number;
+  assert.equal((await client.responses.retrieve(queued.id)).status, 'in_progress');
+
+  // The helper replays the log from 0 (its accumulator wants `response.created` first), shows what
+  // follows `last`, and follows the run live until it stops.
+  const stream = client.responses.stream({ response_id: queued.id, starting_after: last });
+  const rest = [];
+  const snapshots = [];
+  stream.on('event', (event) => rest.push(event));
+  stream.on('response.output_text.delta', (event) => snapshots.push(event.snapshot));
+  const final = await stream.finalResponse();
+
+  const expected = ['response.created', 'response.queued', ...TEXT_ANSWER_EVENTS(chunks.length).slice(1)];
+  assert.deepEqual(head.map((e) => e.type), expected.slice(0, head.length));
+  assert.deepEqual(rest.map((e) => e.type), expected.slice(head.length));
+  assert.deepEqual(rest.map((e) => e.sequence_number), expected.map((_, i) => i).slice(last + 1));
+  assert.deepEqual([head[0].response.status, head[1].response.status], ['queued', 'queued']);
+  assert.deepEqual(snapshots, ['One, two, ', 'One, two, three, ', 'One, two, three, four.']);
+  assert.equal(final.id, queued.id);
+  assert.deepEqual([final.status, final.background], ['completed', true]);
+  assert.equal(final.output_text, 'One, two, three, four.');
+  assert.equal((await client.responses.retrieve(queued.id)).output_text, final.output_text);
+  assert.equal((await services.upstreamRequests()).length, 1);
+});
+
 check('no process warning was emitted', () => {
   assert.deepEqual(warnings, []);
 });
