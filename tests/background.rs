@@ -201,3 +201,48 @@ async fn a_queued_run_survives_a_restart_and_runs_after_it() {
         "the running one was failed at shutdown"
     );
 }
+
+#[tokio::test]
+async fn a_reader_resuming_after_the_last_event_gets_done_at_once() {
+    let app = spawn_app().await;
+    let live = app
+        .stream(&json!({"model": "gpt-4o-mini", "input": "hi"}))
+        .await;
+    let id = live.response_id();
+    let last = live.events.len() - 1;
+    let started = std::time::Instant::now();
+    let by_cursor = read_sse(
+        app.client
+            .get(app.url(&format!(
+                "/v1/responses/{id}?stream=true&starting_after={last}"
+            )))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let by_header = read_sse(
+        app.client
+            .get(app.url(&format!("/v1/responses/{id}?stream=true")))
+            .header("Last-Event-ID", last.to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        by_cursor.events.is_empty() && by_cursor.done,
+        "{}",
+        by_cursor.raw
+    );
+    assert!(
+        by_header.events.is_empty() && by_header.done,
+        "{}",
+        by_header.raw
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1_000),
+        "no wait for more: {:?}",
+        started.elapsed()
+    );
+}

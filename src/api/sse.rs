@@ -29,7 +29,8 @@ pub fn frame(event: &EventRecord) -> Bytes {
 }
 
 /// A streaming response over the given events. `[DONE]` follows when the events end after
-/// a terminal event (a replay may pass the terminal event of a pause and go on).
+/// a terminal event (a replay may pass the terminal event of a pause and go on), or end at
+/// once (a reader resuming after the last event).
 pub fn response(events: EventStream, heartbeat: Duration) -> Response {
     struct State {
         events: EventStream,
@@ -39,7 +40,8 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
     let body = futures_util::stream::unfold(
         State {
             events,
-            last_was_terminal: false,
+            // Nothing sent yet: ending now means the cursor was already at the end.
+            last_was_terminal: true,
             finished: false,
         },
         move |mut state| async move {

@@ -186,6 +186,7 @@ impl EventHub {
         let follower = Follower {
             waker: live.is_none().then(|| self.waker(&response_id)),
             settled_since: None,
+            check_cursor: after.is_some(),
             store: self.store.clone(),
             response_id,
             next: after.map_or(0, |n| n + 1),
@@ -213,6 +214,9 @@ struct Follower {
     waker: Option<Arc<Notify>>,
     /// When the follower first found the run stopped with no closing event stored yet.
     settled_since: Option<Instant>,
+    /// The reader resumes after a cursor: whether the event there closed a segment is
+    /// looked at first (then the stream ends at once unless the log goes on).
+    check_cursor: bool,
     store: Arc<dyn RunStore>,
     response_id: Arc<str>,
     /// The next sequence number the reader expects.
@@ -235,6 +239,22 @@ impl Follower {
             }
             if self.ended {
                 return Ok(None);
+            }
+            // Only for a run not executing here: a live run (just resumed after a pause,
+            // say) goes on after the cursor.
+            if self.check_cursor && self.live.is_some() {
+                self.check_cursor = false;
+            }
+            if self.check_cursor {
+                self.check_cursor = false;
+                let cursor = self.next.saturating_sub(1);
+                let at = self
+                    .store
+                    .events_after(&self.response_id, cursor.checked_sub(1), 1)
+                    .await?;
+                self.after_terminal = at
+                    .first()
+                    .is_some_and(|e| e.sequence_number == cursor && is_terminal(&e.event_type));
             }
             if self.after_terminal {
                 self.ended = !self.fill_from_store().await?;

@@ -7,6 +7,7 @@ The client side is the `urllib` one of test_plain_http_submit.py.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -52,3 +53,22 @@ def test_a_dropped_background_stream_resumes_with_last_event_id_without_gap_or_r
     assert rest[-1]["response"]["output"][0]["content"][0]["text"] == "Alpha, beta, gamma."
     assert api.replay(response_id) == first + rest
     assert len(fake.requests()) == 1
+
+
+# --------------------------------------------------------------------------- known deviations
+
+
+def test_a_reattach_after_the_last_event_of_a_stopped_run_gets_done_at_once(api: Api, fake: FakeLLM) -> None:
+    fake.script(text_turn("Al", "pha."))
+    events = api.create_streamed(input="Greek letters").events
+    response_id = events[0]["response"]["id"]
+    last = str(events[-1]["sequence_number"])
+    assert events[-1]["type"] == "response.completed"
+
+    started = time.monotonic()
+    with api.open_stream("GET", f"/responses/{response_id}?stream=true", headers={"Last-Event-ID": last}) as frames:
+        rest = [frame.data for frame in frames]
+    elapsed = time.monotonic() - started
+
+    assert rest == ["[DONE]"]
+    assert elapsed < 1.0, f"the stream took {elapsed:.1f} s to say that nothing follows"
