@@ -32,14 +32,7 @@ async fn a_background_run_returns_queued_at_once_and_completes_for_polling() {
     );
     assert_eq!(done["background"], true);
 
-    let log = read_sse(
-        app.client
-            .get(app.url(&format!("/v1/responses/{id}?stream=true")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let log = app.replay(&id, "").await;
     assert_numbering(&log);
     assert_eq!(
         &log.types()[..3],
@@ -159,14 +152,7 @@ async fn background_needs_store_and_a_queued_run_can_be_cancelled() {
         1,
         "the cancelled queued run never ran"
     );
-    let log = read_sse(
-        app.client
-            .get(app.url(&format!("/v1/responses/{second_id}?stream=true")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let log = app.replay(&second_id, "").await;
     assert_eq!(
         log.types(),
         ["response.created", "response.queued", "response.failed"]

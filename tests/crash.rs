@@ -223,14 +223,7 @@ async fn kill_mid_run(database_url: &str, b_is_restart: bool) -> String {
     );
 
     // The whole log, from B: every number once, in order, what A streamed first.
-    let log = read_sse(
-        b.client
-            .get(b.url(&format!("/v1/responses/{id}?stream=true")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let log = b.replay(&id, "").await;
     assert_numbering(&log);
     assert!(log.done);
     assert!(

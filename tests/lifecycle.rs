@@ -33,14 +33,7 @@ async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
             after["output"][0]["content"][0]["text"],
             "kept across restarts"
         );
-        let replay = read_sse(
-            app.client
-                .get(app.url(&format!("/v1/responses/{id}?stream=true")))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let replay = app.replay(&id, "").await;
         assert_eq!(replay.raw, live.raw);
         // And the chain continues from the stored run.
         app.llm.push(Turn::text("yes"));
@@ -186,14 +179,7 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_complete
         assert_eq!(stored["output"][0]["status"], "incomplete");
         assert_eq!(stored["output"][0]["content"][0]["text"], "Half a sent");
         assert_eq!(stored["output"][1]["content"][0]["text"], "A whole answer");
-        let log = read_sse(
-            app.client
-                .get(app.url(&format!("/v1/responses/{id}?stream=true")))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let log = app.replay(&id, "").await;
         assert_numbering(&log);
         assert!(log.done);
         assert_eq!(

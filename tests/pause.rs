@@ -125,14 +125,7 @@ async fn a_definition_only_call_pauses_the_run_until_outputs_arrive_and_numberin
     assert_eq!(items["data"][1]["type"], "function_call_output");
     assert_eq!(items["data"][1]["call_id"], "call_w");
     // The whole log replays across the pause, numbered 0..n, [DONE] once at the end.
-    let replay = read_sse(
-        app.client
-            .get(app.url(&format!("/v1/responses/{id}?stream=true")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let replay = app.replay(&id, "").await;
     assert_numbering(&replay);
     assert_eq!(
         replay.events.len(),
@@ -181,14 +174,7 @@ async fn a_run_can_pause_several_times_and_resume_without_a_stream() {
         .map(|i| i["type"].as_str().unwrap())
         .collect();
     assert_eq!(types, ["function_call", "function_call", "message"]);
-    let log = read_sse(
-        app.client
-            .get(app.url(&format!("/v1/responses/{id}?stream=true")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let log = app.replay(&id, "").await;
     assert_numbering(&log);
     let segments: Vec<&str> = log
         .types()
@@ -455,14 +441,7 @@ async fn a_paused_run_expires_and_then_refuses_outputs() {
         reply["error"]["message"],
         "Runs in status \"expired\" do not accept tool outputs."
     );
-    let log = read_sse(
-        app.client
-            .get(app.url(&format!("/v1/responses/{id}?stream=true")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let log = app.replay(&id, "").await;
     assert_numbering(&log);
     assert_eq!(log.last().event, "response.incomplete");
 }

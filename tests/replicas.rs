@@ -31,14 +31,7 @@ async fn a_run_started_on_one_instance_streams_live_from_the_other() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(120)).await;
-    let from_b = read_sse(
-        b.client
-            .get(b.url(&format!("/v1/responses/{id}?stream=true")))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let from_b = b.replay(&id, "").await;
     let from_a = live.await.unwrap();
     assert_numbering(&from_b);
     assert!(from_b.done);

@@ -557,17 +557,7 @@ impl RunTask {
     async fn checkpoint(&mut self, turn: Option<&Turn>) -> bool {
         let mut transcript = self.transcript.clone();
         for call in turn.map(|t| t.calls.calls.as_slice()).unwrap_or_default() {
-            transcript.push(Item::McpCall(McpCall {
-                id: call.item_id.clone(),
-                server_label: call.server_label.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-                output: None,
-                error: None,
-                status: Some(ItemStatus::InProgress),
-                approval_request_id: call.approval_request_id.clone(),
-                data: None,
-            }));
+            transcript.push(Item::McpCall(running_item(call)));
         }
         match self
             .store
@@ -965,17 +955,7 @@ impl RunTask {
     async fn open_call(&mut self, call: &ServerCall) -> (usize, String) {
         let item_id = call.item_id.clone();
         let output_index = self.body.output.len();
-        let item = Item::McpCall(McpCall {
-            id: item_id.clone(),
-            server_label: call.server_label.clone(),
-            name: call.name.clone(),
-            arguments: call.arguments.clone(),
-            output: None,
-            error: None,
-            status: Some(ItemStatus::InProgress),
-            approval_request_id: call.approval_request_id.clone(),
-            data: None,
-        });
+        let item = Item::McpCall(running_item(call));
         self.body.output.push(item.clone());
         self.emitter
             .emit(Event::OutputItemAdded { output_index, item })
@@ -1253,6 +1233,21 @@ fn arguments_complete(arguments: &str) -> bool {
 /// The call id of a client call item.
 fn item_call_id(item: &Item) -> String {
     item.as_call().map(|(id, _, _)| id).unwrap_or_default()
+}
+
+/// The `mcp_call` item of a call that is running.
+fn running_item(call: &ServerCall) -> McpCall {
+    McpCall {
+        id: call.item_id.clone(),
+        server_label: call.server_label.clone(),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
+        output: None,
+        error: None,
+        status: Some(ItemStatus::InProgress),
+        approval_request_id: call.approval_request_id.clone(),
+        data: None,
+    }
 }
 
 /// A hidden call's item: stored for the model, never shown.

@@ -204,6 +204,12 @@ impl TestApp {
         read_sse(response).await
     }
 
+    /// Replays a run's event log (`query` adds e.g. `&starting_after=3`).
+    pub async fn replay(&self, id: &str, query: &str) -> Sse {
+        let url = self.url(&format!("/v1/responses/{id}?stream=true{query}"));
+        read_sse(self.client.get(url).send().await.unwrap()).await
+    }
+
     /// Polls until the stored run leaves `in_progress`.
     pub async fn wait_until_stopped(&self, id: &str) -> Value {
         for _ in 0..200 {
