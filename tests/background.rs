@@ -32,7 +32,7 @@ async fn a_background_run_returns_queued_at_once_and_completes_for_polling() {
     );
     assert_eq!(done["background"], true);
 
-    let log = app.replay(&id, "").await;
+    let log = app.replay(id, "").await;
     assert_numbering(&log);
     assert_eq!(
         &log.types()[..3],
