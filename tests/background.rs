@@ -152,7 +152,7 @@ async fn background_needs_store_and_a_queued_run_can_be_cancelled() {
         1,
         "the cancelled queued run never ran"
     );
-    let log = app.replay(&second_id, "").await;
+    let log = app.replay(second_id, "").await;
     assert_eq!(
         log.types(),
         ["response.created", "response.queued", "response.failed"]
