@@ -174,7 +174,7 @@ async fn a_run_can_pause_several_times_and_resume_without_a_stream() {
         .map(|i| i["type"].as_str().unwrap())
         .collect();
     assert_eq!(types, ["function_call", "function_call", "message"]);
-    let log = app.replay(&id, "").await;
+    let log = app.replay(id, "").await;
     assert_numbering(&log);
     let segments: Vec<&str> = log
         .types()
@@ -441,7 +441,7 @@ async fn a_paused_run_expires_and_then_refuses_outputs() {
         reply["error"]["message"],
         "Runs in status \"expired\" do not accept tool outputs."
     );
-    let log = app.replay(&id, "").await;
+    let log = app.replay(id, "").await;
     assert_numbering(&log);
     assert_eq!(log.last().event, "response.incomplete");
 }
