@@ -2,11 +2,16 @@
 # Benchmarks, from a fresh checkout: bash bench/run.sh
 # Builds the release binaries, runs switchyard against the fake upstream on SQLite and (when a
 # local PostgreSQL answers) on PostgreSQL, and prints markdown tables.
-#   BENCH_REATTACHES (default 500)  PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres)
+#   BENCH_REATTACHES (default 500)  BENCH_SECONDS per load step (default 10)
+#   BENCH_RATE open-loop runs/s (default 500)  BENCH_CONCURRENCY closed-loop runs at once (default 32)
+#   PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 REATTACHES="${BENCH_REATTACHES:-500}"
+SECONDS_PER_STEP="${BENCH_SECONDS:-10}"
+RATE="${BENCH_RATE:-500}"
+CONCURRENCY="${BENCH_CONCURRENCY:-32}"
 PGHOST="${PGHOST:-127.0.0.1}"; PGPORT="${PGPORT:-5432}"; PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d)"
 pids=()
@@ -34,7 +39,8 @@ address_in() {
   return 1
 }
 
-target/release/fake-llm --listen 127.0.0.1:0 > "$work/fake.log" 2>&1 &
+# The upstream answers every request with 20 text deltas at once: never the bottleneck.
+target/release/fake-llm --listen 127.0.0.1:0 --deltas 20 > "$work/fake.log" 2>&1 &
 pids+=($!)
 upstream="http://$(address_in "$work/fake.log" "listening on http://")/v1"
 
@@ -46,6 +52,15 @@ bench_on() {
   pids+=($pid)
   local address
   address="$(address_in "$work/$label.log" "address=")"
+  echo
+  echo "### text on $label: streamed runs of 20 deltas; upstream = the same load sent to the fake upstream directly"
+  echo
+  target/release/switchyard-bench load-header
+  local load=(--duration-s "$SECONDS_PER_STEP")
+  target/release/switchyard-bench load --base "$upstream" --target upstream --concurrency "$CONCURRENCY" "${load[@]}"
+  target/release/switchyard-bench load --base "http://$address" --target switchyard --concurrency "$CONCURRENCY" --pid "$pid" "${load[@]}"
+  target/release/switchyard-bench load --base "$upstream" --target upstream --rate "$RATE" "${load[@]}"
+  target/release/switchyard-bench load --base "http://$address" --target switchyard --rate "$RATE" --pid "$pid" "${load[@]}"
   echo
   echo "### stream resume on $label: reattach to a stored log (starting_after=3) → first replayed event"
   echo

@@ -1,9 +1,14 @@
-//! `switchyard-bench resume --base URL [--runs N] [--reattaches N] [--starting-after N]`
+//! Measurements of switchyard.
 //!
-//! Stream-resume latency: creates finished runs, then reattaches to their stored event logs
-//! (`GET /v1/responses/{id}?stream=true&starting_after=N`) and measures the time from
-//! sending the request to receiving the first whole replayed event. Every replay is checked:
-//! sequence numbers contiguous from N+1, ending with `[DONE]`.
+//! `switchyard-bench resume --base URL [--runs N] [--reattaches N] [--starting-after N]`:
+//! stream-resume latency — reattach to stored logs, time to the first replayed event; every
+//! replay is checked (contiguous numbers from N+1, `[DONE]`).
+//!
+//! `switchyard-bench load --base URL --target switchyard|upstream (--rate R | --concurrency C)
+//! [--duration-s S] [--pid PID]`: streamed text runs, open loop at R runs/s or closed loop with
+//! C at once; per run the time to first byte, to the first text delta and to the end; every
+//! switchyard stream's sequence numbers are checked. `--target upstream` sends the same load
+//! to the chat-completions server directly, so the difference is switchyard's overhead.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +25,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     if args.next().as_deref() != Some("resume") {
-        return Err("usage: switchyard-bench resume --base URL [--runs N] [--reattaches N] [--starting-after N]".into());
+        return Err("usage: switchyard-bench resume|load … (see the crate docs)".into());
     }
     let mut parsed = Args {
         base: String::new(),
@@ -45,8 +50,21 @@ fn parse_args() -> Result<Args, String> {
     Ok(parsed)
 }
 
+mod load;
+
 #[tokio::main]
 async fn main() {
+    if std::env::args().nth(1).as_deref() == Some("load-header") {
+        println!("{}", load::header());
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("load") {
+        if let Err(message) = load::main(std::env::args().skip(2).collect()).await {
+            eprintln!("error: {message}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {

@@ -176,6 +176,48 @@ struct Script {
 #[derive(Clone, Default)]
 struct Shared {
     script: Arc<Mutex<Script>>,
+    /// The answer when nothing is queued; `None` echoes the last user message.
+    default: Option<Arc<Turn>>,
+}
+
+/// A synthetic default answer for benchmarks: `deltas` text chunks, the first after
+/// `first_token_ms`, the others `inter_token_ms` apart, then `stop` and usage.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Synthetic {
+    pub deltas: usize,
+    pub first_token_ms: u64,
+    pub inter_token_ms: u64,
+}
+
+impl Synthetic {
+    pub fn turn(&self) -> Turn {
+        let mut steps = Vec::with_capacity(self.deltas * 2 + 3);
+        if self.first_token_ms > 0 {
+            steps.push(Step::Delay {
+                ms: self.first_token_ms,
+            });
+        }
+        for n in 0..self.deltas {
+            if n > 0 && self.inter_token_ms > 0 {
+                steps.push(Step::Delay {
+                    ms: self.inter_token_ms,
+                });
+            }
+            steps.push(Step::Text {
+                text: format!("tok{n} "),
+            });
+        }
+        steps.push(Step::Finish {
+            reason: "stop".into(),
+        });
+        steps.push(Step::Usage {
+            prompt_tokens: 10,
+            completion_tokens: self.deltas as u64,
+            cached_tokens: 0,
+            reasoning_tokens: 0,
+        });
+        Turn { steps }
+    }
 }
 
 impl Shared {
@@ -256,10 +298,17 @@ fn router(shared: Shared) -> Router {
 }
 
 /// Serves forever on `addr`, printing `listening on http://ADDR` once bound.
-pub async fn serve(addr: &str) -> std::io::Result<()> {
+pub async fn serve(addr: &str, synthetic: Option<Synthetic>) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, router(Shared::default())).await
+    let shared = Shared {
+        default: synthetic.map(|s| Arc::new(s.turn())),
+        ..Shared::default()
+    };
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router(shared)).await
 }
 
 async fn models() -> Json<Value> {
@@ -291,7 +340,10 @@ async fn chat_completions(State(shared): State<Shared>, body: Bytes) -> Response
         script.requests.push(request.clone());
         script.turns.pop_front()
     };
-    let turn = turn.unwrap_or_else(|| Turn::text(&format!("Echo: {}", last_user_text(&request))));
+    let turn = turn.unwrap_or_else(|| match &shared.default {
+        Some(turn) => Turn::clone(turn),
+        None => Turn::text(&format!("Echo: {}", last_user_text(&request))),
+    });
     let model = request
         .get("model")
         .and_then(Value::as_str)

@@ -1,18 +1,36 @@
-//! `fake-llm [--listen ADDR]`: the scripted chat-completions server as a process, for the
-//! client-compatibility suite and benchmarks. Prints `listening on http://ADDR` when bound.
+//! `fake-llm [--listen ADDR] [--deltas N --first-token-ms MS --inter-token-ms MS]`: the
+//! scripted chat-completions server as a process, for the client-compatibility suite and
+//! benchmarks. Prints `listening on http://ADDR` when bound. With `--deltas`, an unscripted
+//! request gets N synthetic text deltas instead of an echo.
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut listen = String::from("127.0.0.1:0");
+    let mut synthetic: Option<fake_llm::Synthetic> = None;
+    let number = |value: Option<String>| -> u64 {
+        value.and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+            eprintln!("usage: fake-llm: a number is expected");
+            std::process::exit(2)
+        })
+    };
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--listen" => listen = args.next().unwrap_or(listen),
+            "--deltas" => synthetic.get_or_insert_default().deltas = number(args.next()) as usize,
+            "--first-token-ms" => {
+                synthetic.get_or_insert_default().first_token_ms = number(args.next())
+            }
+            "--inter-token-ms" => {
+                synthetic.get_or_insert_default().inter_token_ms = number(args.next())
+            }
             other => {
-                eprintln!("usage: fake-llm [--listen ADDR] (unknown argument {other:?})");
+                eprintln!(
+                    "usage: fake-llm [--listen ADDR] [--deltas N] [--first-token-ms MS] [--inter-token-ms MS] (unknown argument {other:?})"
+                );
                 std::process::exit(2);
             }
         }
     }
-    fake_llm::serve(&listen).await
+    fake_llm::serve(&listen, synthetic).await
 }

@@ -1,0 +1,297 @@
+//! The load generator: streamed text runs against switchyard or the upstream directly.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+struct Options {
+    base: String,
+    upstream: bool,
+    rate: Option<f64>,
+    concurrency: Option<usize>,
+    duration: Duration,
+    pid: Option<u32>,
+}
+
+fn options(args: Vec<String>) -> Result<Options, String> {
+    let mut options = Options {
+        base: String::new(),
+        upstream: false,
+        rate: None,
+        concurrency: None,
+        duration: Duration::from_secs(10),
+        pid: None,
+    };
+    let mut args = args.into_iter();
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("{flag}: {e}");
+        match flag.as_str() {
+            "--base" => options.base = value.trim_end_matches('/').to_string(),
+            "--target" => options.upstream = value == "upstream",
+            "--rate" => options.rate = Some(value.parse().map_err(|e| bad(&e))?),
+            "--concurrency" => options.concurrency = Some(value.parse().map_err(|e| bad(&e))?),
+            "--duration-s" => {
+                options.duration = Duration::from_secs_f64(value.parse().map_err(|e| bad(&e))?)
+            }
+            "--pid" => options.pid = Some(value.parse().map_err(|e| bad(&e))?),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if options.base.is_empty() || options.rate.is_none() == options.concurrency.is_none() {
+        return Err("load needs --base and one of --rate or --concurrency".into());
+    }
+    Ok(options)
+}
+
+/// One run's timings.
+#[derive(Clone, Copy)]
+struct Sample {
+    first_byte: Duration,
+    first_delta: Duration,
+    total: Duration,
+}
+
+#[derive(Default)]
+struct Tally {
+    samples: Vec<Sample>,
+    errors: usize,
+    events: usize,
+    first_error: Option<String>,
+}
+
+pub async fn main(args: Vec<String>) -> Result<(), String> {
+    let options = Arc::new(options(args)?);
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(4096)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let before = options.pid.and_then(process_stats);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    match (options.rate, options.concurrency) {
+        (Some(rate), _) => {
+            // Open loop: runs start on schedule whatever the service does; each is timed from
+            // its scheduled start, so queueing shows in the figures.
+            let interval = Duration::from_secs_f64(1.0 / rate);
+            let mut next = Instant::now();
+            while started.elapsed() < options.duration {
+                let (client, options, tally) = (client.clone(), options.clone(), tally.clone());
+                let scheduled = next;
+                tasks.spawn(async move {
+                    record(&tally, one_run(&client, &options, scheduled).await).await
+                });
+                next += interval;
+                tokio::time::sleep_until(next.into()).await;
+            }
+        }
+        (None, Some(concurrency)) => {
+            let stop = Arc::new(AtomicBool::new(false));
+            for _ in 0..concurrency {
+                let (client, options, tally, stop) =
+                    (client.clone(), options.clone(), tally.clone(), stop.clone());
+                tasks.spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let result = one_run(&client, &options, Instant::now()).await;
+                        record(&tally, result).await;
+                    }
+                });
+            }
+            tokio::time::sleep(options.duration).await;
+            stop.store(true, Ordering::Relaxed);
+        }
+        _ => unreachable!("checked by options()"),
+    }
+    while tasks.join_next().await.is_some() {}
+    let elapsed = started.elapsed();
+    let after = options.pid.and_then(process_stats);
+    let tally = tally.lock().await;
+    report(&options, &tally, elapsed, before, after);
+    Ok(())
+}
+
+async fn record(tally: &Mutex<Tally>, result: Result<(Sample, usize), String>) {
+    let mut tally = tally.lock().await;
+    match result {
+        Ok((sample, events)) => {
+            tally.samples.push(sample);
+            tally.events += events;
+        }
+        Err(e) => {
+            tally.errors += 1;
+            tally.first_error.get_or_insert(e);
+        }
+    }
+}
+
+/// One streamed run; returns its timings and how many events it carried.
+async fn one_run(
+    client: &reqwest::Client,
+    options: &Options,
+    start: Instant,
+) -> Result<(Sample, usize), String> {
+    let (url, body) = if options.upstream {
+        (
+            format!("{}/chat/completions", options.base),
+            json!({"model": "gpt-4o-mini", "stream": true, "stream_options": {"include_usage": true},
+                   "messages": [{"role": "user", "content": "benchmark"}]}),
+        )
+    } else {
+        (
+            format!("{}/v1/responses", options.base),
+            json!({"model": "gpt-4o-mini", "input": "benchmark", "stream": true}),
+        )
+    };
+    let response = client
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let first_byte = start.elapsed();
+    if !response.status().is_success() {
+        return Err(format!("status {}", response.status()));
+    }
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut first_delta = None;
+    let mut expected = 0u64;
+    let mut events = 0usize;
+    let mut done = false;
+    while let Some(chunk) = stream.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.map_err(|e| e.to_string())?));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                continue;
+            };
+            if data == "[DONE]" {
+                done = true;
+                continue;
+            }
+            events += 1;
+            if options.upstream {
+                if first_delta.is_none() && data.contains("\"content\"") {
+                    first_delta = Some(start.elapsed());
+                }
+                continue;
+            }
+            let event: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+            if event["sequence_number"].as_u64() != Some(expected) {
+                return Err(format!(
+                    "sequence number {} where {expected} was due",
+                    event["sequence_number"]
+                ));
+            }
+            expected += 1;
+            if first_delta.is_none() && event["type"] == "response.output_text.delta" {
+                first_delta = Some(start.elapsed());
+            }
+        }
+    }
+    if !done {
+        return Err("the stream ended without [DONE]".into());
+    }
+    Ok((
+        Sample {
+            first_byte,
+            first_delta: first_delta.ok_or("no text delta")?,
+            total: start.elapsed(),
+        },
+        events,
+    ))
+}
+
+/// `(RSS in KiB, CPU time in ms)` of a process, from `/proc`.
+fn process_stats(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports CPU time in clock ticks of 1/100 s.
+    Some((rss, ticks * 10))
+}
+
+fn report(
+    options: &Options,
+    tally: &Tally,
+    elapsed: Duration,
+    before: Option<(u64, u64)>,
+    after: Option<(u64, u64)>,
+) {
+    let pick = |f: fn(&Sample) -> Duration| {
+        let mut values: Vec<Duration> = tally.samples.iter().map(f).collect();
+        values.sort();
+        values
+    };
+    let at = |values: &[Duration], q: f64| -> String {
+        if values.is_empty() {
+            return "-".into();
+        }
+        let index = ((values.len() as f64 * q).ceil() as usize)
+            .saturating_sub(1)
+            .min(values.len() - 1);
+        format!("{:.2}", values[index].as_secs_f64() * 1000.0)
+    };
+    let mode = match (options.rate, options.concurrency) {
+        (Some(rate), _) => format!("open {rate}/s"),
+        (_, Some(c)) => format!("closed ×{c}"),
+        _ => String::new(),
+    };
+    let target = if options.upstream {
+        "upstream"
+    } else {
+        "switchyard"
+    };
+    let (first_byte, first_delta, total) = (
+        pick(|s| s.first_byte),
+        pick(|s| s.first_delta),
+        pick(|s| s.total),
+    );
+    let throughput = tally.samples.len() as f64 / elapsed.as_secs_f64();
+    let resources = match (before, after) {
+        (Some((_, cpu0)), Some((rss, cpu1))) => {
+            format!("{} MiB | {} ms", rss / 1024, cpu1.saturating_sub(cpu0))
+        }
+        _ => "- | -".into(),
+    };
+    println!(
+        "| {target} | {mode} | {} | {} | {throughput:.0} | {} / {} / {} | {} / {} / {} / {} / {} | {} / {} / {} | {} | {resources} |",
+        tally.samples.len(),
+        tally.errors,
+        at(&first_byte, 0.5),
+        at(&first_byte, 0.99),
+        at(&first_byte, 1.0),
+        at(&first_delta, 0.5),
+        at(&first_delta, 0.9),
+        at(&first_delta, 0.99),
+        at(&first_delta, 0.999),
+        at(&first_delta, 1.0),
+        at(&total, 0.5),
+        at(&total, 0.99),
+        at(&total, 1.0),
+        tally.events,
+    );
+    if let Some(error) = &tally.first_error {
+        eprintln!("first error: {error}");
+    }
+}
+
+/// The table header matching [`report`]'s rows.
+pub fn header() -> &'static str {
+    "| target | load | runs | errors | runs/s | first byte ms p50 / p99 / max | first delta ms p50 / p90 / p99 / p99.9 / max | total ms p50 / p99 / max | events | service RSS | service CPU |\n|---|---|---|---|---|---|---|---|---|---|---|"
+}
