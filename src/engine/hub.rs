@@ -178,11 +178,30 @@ impl EventHub {
         response_id: Arc<str>,
         after: Option<u64>,
     ) -> impl Stream<Item = Result<Arc<EventRecord>, StoreError>> + Send + 'static {
+        self.follow_from(response_id, after, true)
+    }
+
+    /// A new run's events: its live channel is open and nothing is stored yet, so the store
+    /// need not be read first.
+    pub fn follow_new(
+        &self,
+        response_id: Arc<str>,
+    ) -> impl Stream<Item = Result<Arc<EventRecord>, StoreError>> + Send + 'static {
+        self.follow_from(response_id, None, false)
+    }
+
+    fn follow_from(
+        &self,
+        response_id: Arc<str>,
+        after: Option<u64>,
+        backlog: bool,
+    ) -> impl Stream<Item = Result<Arc<EventRecord>, StoreError>> + Send + 'static {
         // Subscribe before reading the backlog so nothing falls between the two.
         let live = self
             .channels()
             .get(&response_id)
             .map(broadcast::Sender::subscribe);
+        let is_live = live.is_some();
         let follower = Follower {
             waker: live.is_none().then(|| self.waker(&response_id)),
             settled_since: None,
@@ -192,7 +211,8 @@ impl EventHub {
             next: after.map_or(0, |n| n + 1),
             live,
             buffer: std::collections::VecDeque::new(),
-            check_store: true,
+            // Without a live channel the store is the only source, whatever the caller said.
+            check_store: backlog || !is_live,
             after_terminal: false,
             ended: false,
         };

@@ -343,10 +343,12 @@ impl Engine {
         let id = launch.body.id.clone();
         let response_id: Arc<str> = Arc::from(id.as_str());
         self.inner.hub.open(&response_id);
-        let events = launch.stream.then(|| {
-            let after = launch.next_sequence.checked_sub(1);
-            Box::pin(self.inner.hub.follow(response_id.clone(), after)) as EventStream
-        });
+        let events = launch
+            .stream
+            .then(|| match launch.next_sequence.checked_sub(1) {
+                None => Box::pin(self.inner.hub.follow_new(response_id.clone())) as EventStream,
+                after => Box::pin(self.inner.hub.follow(response_id.clone(), after)) as EventStream,
+            });
         let (done, outcome) = oneshot::channel();
         let stop = self.inner.stop_runs.child_token();
         let cancelled = Arc::new(AtomicBool::new(false));

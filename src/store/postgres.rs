@@ -28,6 +28,14 @@ impl PostgresStore {
             .map_err(|e| StoreError::Database(format!("migrations failed: {e}")))?;
         Ok(PostgresStore { pool })
     }
+
+    fn writes(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn reads(&self) -> &PgPool {
+        &self.pool
+    }
 }
 
 /// The channel on which appended events are announced, with the response id as payload.

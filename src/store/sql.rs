@@ -97,7 +97,7 @@ macro_rules! impl_run_store {
                 let applied: i64 = sqlx::query_scalar(
                     "SELECT COUNT(*) FROM _sqlx_migrations WHERE success = TRUE",
                 )
-                .fetch_one(&self.pool)
+                .fetch_one(self.reads())
                 .await?;
                 let expected = Self::MIGRATOR.iter().count() as i64;
                 if applied < expected {
@@ -113,7 +113,7 @@ macro_rules! impl_run_store {
                 run: &$crate::store::NewRun,
             ) -> Result<(), $crate::store::StoreError> {
                 use sqlx::types::Json;
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.writes().begin().await?;
                 if let Some(idempotency) = &run.idempotency {
                     let recorded = sqlx::query(
                         "INSERT INTO idempotency_keys (tenant_id, key, request_hash, response_id, created_at) \
@@ -180,7 +180,7 @@ macro_rules! impl_run_store {
                 ))
                     .bind(tenant_id)
                     .bind(id)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(self.reads())
                     .await?;
                 row.ok_or($crate::store::StoreError::NotFound)?.try_into()
             }
@@ -193,7 +193,7 @@ macro_rules! impl_run_store {
                 update: &$crate::store::RunUpdate<'_>,
             ) -> Result<(), $crate::store::StoreError> {
                 use sqlx::types::Json;
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.writes().begin().await?;
                 // The UPDATE comes first so SQLite takes the write lock at once.
                 let updated = sqlx::query(
                     "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
@@ -268,7 +268,7 @@ macro_rules! impl_run_store {
                      ORDER BY expires_at"
                 ))
                 .bind(now_ms)
-                .fetch_all(&self.pool)
+                .fetch_all(self.reads())
                 .await?;
                 rows.into_iter().map(TryInto::try_into).collect()
             }
@@ -280,7 +280,7 @@ macro_rules! impl_run_store {
                 if events.is_empty() {
                     return Ok(());
                 }
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.writes().begin().await?;
                 Self::insert_events(&mut tx, events).await?;
                 // Tells other instances following these runs (delivered on commit).
                 Self::announce_events(&mut tx, events).await?;
@@ -301,7 +301,7 @@ macro_rules! impl_run_store {
                 let state: Option<String> =
                     sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
                         .bind(id)
-                        .fetch_optional(&self.pool)
+                        .fetch_optional(self.reads())
                         .await?;
                 state
                     .map(|s| $crate::store::sql::parse_state(&s))
@@ -323,7 +323,7 @@ macro_rules! impl_run_store {
                 .bind(id)
                 .bind(after)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(self.reads())
                 .await?;
                 Ok(rows.into_iter().map(Into::into).collect())
             }
@@ -339,7 +339,7 @@ macro_rules! impl_run_store {
                 )
                 .bind(tenant_id)
                 .bind(id)
-                .fetch_all(&self.pool)
+                .fetch_all(self.reads())
                 .await?;
                 Ok(rows.into_iter().map(|r| r.item.0).collect())
             }
@@ -361,7 +361,7 @@ macro_rules! impl_run_store {
                         .bind(tenant_id)
                         .bind(id)
                         .bind(item_id)
-                        .fetch_optional(&self.pool)
+                        .fetch_optional(self.reads())
                         .await?
                         .ok_or($crate::store::StoreError::NotFound)?,
                     ),
@@ -379,7 +379,7 @@ macro_rules! impl_run_store {
                     .bind(id)
                     .bind(bound)
                     .bind(i64::from(page.limit) + 1)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.reads())
                     .await?;
                 let mut items: Vec<_> = rows.into_iter().map(|r| r.item.0).collect();
                 let has_more = items.len() > page.limit as usize;
@@ -392,7 +392,7 @@ macro_rules! impl_run_store {
                 tenant_id: &str,
                 id: &str,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.writes().begin().await?;
                 let deleted = sqlx::query("DELETE FROM responses WHERE tenant_id = $1 AND id = $2")
                     .bind(tenant_id)
                     .bind(id)
@@ -434,7 +434,7 @@ macro_rules! impl_run_store {
                 .bind(lease_expires_at)
                 .bind(now_ms)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(self.writes())
                 .await?;
                 rows.into_iter().map(TryInto::try_into).collect()
             }
@@ -456,7 +456,7 @@ macro_rules! impl_run_store {
                 .bind(now_ms)
                 .bind(id)
                 .bind(owner)
-                .execute(&self.pool)
+                .execute(self.writes())
                 .await?
                 .rows_affected();
                 if updated == 1 {
@@ -478,7 +478,7 @@ macro_rules! impl_run_store {
                 )
                 .bind(until_ms)
                 .bind(owner)
-                .execute(&self.pool)
+                .execute(self.writes())
                 .await?
                 .rows_affected())
             }
@@ -498,7 +498,7 @@ macro_rules! impl_run_store {
                 ))
                 .bind(exclude_owner)
                 .bind(now_ms)
-                .fetch_all(&self.pool)
+                .fetch_all(self.reads())
                 .await?;
                 rows.into_iter().map(TryInto::try_into).collect()
             }
@@ -520,7 +520,7 @@ macro_rules! impl_run_store {
                 .bind(lease_expires_at)
                 .bind(id)
                 .bind(now_ms)
-                .execute(&self.pool)
+                .execute(self.writes())
                 .await?
                 .rows_affected();
                 Ok(claimed == 1)
@@ -534,7 +534,7 @@ macro_rules! impl_run_store {
                     "SELECT MAX(sequence_number) FROM response_events WHERE response_id = $1",
                 )
                 .bind(id)
-                .fetch_one(&self.pool)
+                .fetch_one(self.reads())
                 .await?;
                 Ok(last.map(|n| n.max(0) as u64))
             }
@@ -550,7 +550,7 @@ macro_rules! impl_run_store {
                 )
                 .bind(tenant_id)
                 .bind(key)
-                .fetch_optional(&self.pool)
+                .fetch_optional(self.reads())
                 .await?;
                 Ok(row.map(|(request_hash, response_id, created_at)| {
                     $crate::store::IdempotentRequest {
@@ -566,7 +566,7 @@ macro_rules! impl_run_store {
                 runs_before_ms: i64,
                 keys_before_ms: i64,
             ) -> Result<(u64, u64), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.writes().begin().await?;
                 sqlx::query(
                     "DELETE FROM response_events WHERE response_id IN (SELECT id FROM responses \
                      WHERE updated_at < $1 AND state IN \
@@ -620,7 +620,7 @@ macro_rules! impl_run_store {
                 }
                 query.push(") ORDER BY created_at");
                 let rows: Vec<$crate::store::sql::RunRow> =
-                    query.build_query_as().fetch_all(&self.pool).await?;
+                    query.build_query_as().fetch_all(self.reads()).await?;
                 rows.into_iter().map(TryInto::try_into).collect()
             }
         }
