@@ -75,7 +75,9 @@ pub async fn fresh_postgres_url() -> Option<String> {
     let base = std::env::var("TEST_DATABASE_URL").ok()?;
     let (server, current) = base.rsplit_once('/')?;
     let current = current.split('?').next().unwrap_or(current);
-    let name = format!("{current}_t{}", uuid::Uuid::now_v7().simple());
+    // 16 random hex digits keep the name under PostgreSQL's 63-byte identifier limit.
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let name = format!("{current}_t{}", &unique[..16]);
     let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&mut admin)
