@@ -39,8 +39,9 @@ address_in() {
   return 1
 }
 
-# The upstream answers every request with 20 text deltas at once: never the bottleneck.
-target/release/fake-llm --listen 127.0.0.1:0 --deltas 20 > "$work/fake.log" 2>&1 &
+# The upstream answers every request with 20 text deltas at once (never the bottleneck); a
+# request that offers tools first gets 3 turns of two current_time calls each.
+target/release/fake-llm --listen 127.0.0.1:0 --deltas 20 --tool-turns 3 > "$work/fake.log" 2>&1 &
 pids+=($!)
 upstream="http://$(address_in "$work/fake.log" "listening on http://")/v1"
 
@@ -61,6 +62,15 @@ bench_on() {
   target/release/switchyard-bench load --base "http://$address" --target switchyard --concurrency "$CONCURRENCY" --pid "$pid" "${load[@]}"
   target/release/switchyard-bench load --base "$upstream" --target upstream --rate "$RATE" "${load[@]}"
   target/release/switchyard-bench load --base "http://$address" --target switchyard --rate "$RATE" --pid "$pid" "${load[@]}"
+  echo
+  echo "### tools on $label: three model turns with two current_time calls each, then 20 deltas; one run at a time"
+  echo
+  echo "Per tool-loop iteration added ≈ (tools total p50 − text total p50) / 3 − one upstream turn."
+  echo
+  target/release/switchyard-bench load-header
+  target/release/switchyard-bench load --base "$upstream" --target upstream --concurrency 1 "${load[@]}"
+  target/release/switchyard-bench load --base "http://$address" --target switchyard --concurrency 1 --pid "$pid" "${load[@]}"
+  target/release/switchyard-bench load --base "http://$address" --target switchyard --scenario tools --concurrency 1 --pid "$pid" "${load[@]}"
   echo
   echo "### stream resume on $label: reattach to a stored log (starting_after=3) → first replayed event"
   echo

@@ -11,6 +11,9 @@ use tokio::sync::Mutex;
 struct Options {
     base: String,
     upstream: bool,
+    /// The `tools` scenario: each run enables the builtin `current_time` (the upstream is
+    /// expected to call it, see `fake-llm --tool-turns`).
+    tools: bool,
     rate: Option<f64>,
     concurrency: Option<usize>,
     duration: Duration,
@@ -21,6 +24,7 @@ fn options(args: Vec<String>) -> Result<Options, String> {
     let mut options = Options {
         base: String::new(),
         upstream: false,
+        tools: false,
         rate: None,
         concurrency: None,
         duration: Duration::from_secs(10),
@@ -33,6 +37,7 @@ fn options(args: Vec<String>) -> Result<Options, String> {
         match flag.as_str() {
             "--base" => options.base = value.trim_end_matches('/').to_string(),
             "--target" => options.upstream = value == "upstream",
+            "--scenario" => options.tools = value == "tools",
             "--rate" => options.rate = Some(value.parse().map_err(|e| bad(&e))?),
             "--concurrency" => options.concurrency = Some(value.parse().map_err(|e| bad(&e))?),
             "--duration-s" => {
@@ -143,10 +148,11 @@ async fn one_run(
                    "messages": [{"role": "user", "content": "benchmark"}]}),
         )
     } else {
-        (
-            format!("{}/v1/responses", options.base),
-            json!({"model": "gpt-4o-mini", "input": "benchmark", "stream": true}),
-        )
+        let mut body = json!({"model": "gpt-4o-mini", "input": "benchmark", "stream": true});
+        if options.tools {
+            body["tools"] = json!([{"type": "mcp", "server_label": "builtin", "allowed_tools": ["current_time"]}]);
+        }
+        (format!("{}/v1/responses", options.base), body)
     };
     let response = client
         .post(&url)
@@ -252,10 +258,10 @@ fn report(
         (_, Some(c)) => format!("closed ×{c}"),
         _ => String::new(),
     };
-    let target = if options.upstream {
-        "upstream"
-    } else {
-        "switchyard"
+    let target = match (options.upstream, options.tools) {
+        (true, _) => "upstream",
+        (false, true) => "switchyard tools",
+        (false, false) => "switchyard",
     };
     let (first_byte, first_delta, total) = (
         pick(|s| s.first_byte),

@@ -178,6 +178,8 @@ struct Shared {
     script: Arc<Mutex<Script>>,
     /// The answer when nothing is queued; `None` echoes the last user message.
     default: Option<Arc<Turn>>,
+    /// Tool-call turns before the default answer.
+    tool_turns: usize,
 }
 
 /// A synthetic default answer for benchmarks: `deltas` text chunks, the first after
@@ -187,6 +189,10 @@ pub struct Synthetic {
     pub deltas: usize,
     pub first_token_ms: u64,
     pub inter_token_ms: u64,
+    /// Before answering a request that offers tools, this many turns each call
+    /// `current_time` twice (the `tools` benchmark scenario); counted from the tool-call
+    /// turns already in the request.
+    pub tool_turns: usize,
 }
 
 impl Synthetic {
@@ -303,6 +309,7 @@ pub async fn serve(addr: &str, synthetic: Option<Synthetic>) -> std::io::Result<
     println!("listening on http://{}", listener.local_addr()?);
     let shared = Shared {
         default: synthetic.map(|s| Arc::new(s.turn())),
+        tool_turns: synthetic.map_or(0, |s| s.tool_turns),
         ..Shared::default()
     };
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -340,9 +347,21 @@ async fn chat_completions(State(shared): State<Shared>, body: Bytes) -> Response
         script.requests.push(request.clone());
         script.turns.pop_front()
     };
-    let turn = turn.unwrap_or_else(|| match &shared.default {
-        Some(turn) => Turn::clone(turn),
-        None => Turn::text(&format!("Echo: {}", last_user_text(&request))),
+    let turn = turn.unwrap_or_else(|| {
+        // Only a request that offers tools gets tool calls: one fake serves both scenarios.
+        let done = tool_call_turns(&request);
+        if done < shared.tool_turns && request.get("tools").is_some() {
+            let (a, b) = (format!("call_{done}_a"), format!("call_{done}_b"));
+            let arguments = r#"{"timezone": "UTC"}"#;
+            return Turn::tool_calls(&[
+                (&a, "current_time", arguments),
+                (&b, "current_time", arguments),
+            ]);
+        }
+        match &shared.default {
+            Some(turn) => Turn::clone(turn),
+            None => Turn::text(&format!("Echo: {}", last_user_text(&request))),
+        }
     });
     let model = request
         .get("model")
@@ -366,6 +385,19 @@ async fn chat_completions(State(shared): State<Shared>, body: Bytes) -> Response
         .header(header::CONTENT_TYPE, "text/event-stream")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// How many assistant turns with tool calls the conversation already has.
+fn tool_call_turns(request: &Value) -> usize {
+    request
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(0, |messages| {
+            messages
+                .iter()
+                .filter(|m| m.get("tool_calls").is_some_and(|c| !c.is_null()))
+                .count()
+        })
 }
 
 fn last_user_text(request: &Value) -> String {

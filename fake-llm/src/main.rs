@@ -24,9 +24,12 @@ async fn main() -> std::io::Result<()> {
             "--inter-token-ms" => {
                 synthetic.get_or_insert_default().inter_token_ms = number(args.next())
             }
+            "--tool-turns" => {
+                synthetic.get_or_insert_default().tool_turns = number(args.next()) as usize
+            }
             other => {
                 eprintln!(
-                    "usage: fake-llm [--listen ADDR] [--deltas N] [--first-token-ms MS] [--inter-token-ms MS] (unknown argument {other:?})"
+                    "usage: fake-llm [--listen ADDR] [--deltas N] [--first-token-ms MS] [--inter-token-ms MS] [--tool-turns N] (unknown argument {other:?})"
                 );
                 std::process::exit(2);
             }
