@@ -273,7 +273,7 @@ impl Config {
             ));
         }
         let mut owner: BTreeMap<String, String> = BTreeMap::new();
-        for provider in self.provider_list() {
+        for provider in self.providers() {
             for model in &provider.models {
                 if model == "*" {
                     continue;
@@ -289,17 +289,13 @@ impl Config {
         Ok(())
     }
 
-    fn provider_list(&self) -> Vec<ResolvedProvider> {
+    /// Every provider with its URL and key resolved; the default provider first.
+    pub fn providers(&self) -> Vec<ResolvedProvider> {
         let mut list = vec![resolve("default", &self.llm.provider, true)];
         for (name, provider) in &self.providers {
             list.push(resolve(name, provider, false));
         }
         list
-    }
-
-    /// Every provider with its URL and key resolved; the default provider first.
-    pub fn providers(&self) -> Vec<ResolvedProvider> {
-        self.provider_list()
     }
 
     /// The effective configuration as TOML, secrets redacted (for `check-config`).

@@ -166,11 +166,6 @@ impl EventHub {
             .map_err(|_| StoreError::Database("the event writer has stopped".into()))?
     }
 
-    /// Whether the run has a live channel on this instance.
-    pub fn is_live(&self, response_id: &str) -> bool {
-        self.channels().contains_key(response_id)
-    }
-
     /// The run's events after `after` (from the start with `None`): the stored ones, then
     /// live ones until a terminal event, or until the run stops executing here.
     pub fn follow(

@@ -32,8 +32,7 @@ use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{ResponseError, ResponseObject, ResponseStatus};
 use crate::protocol::tools::{parse_tool_choice, parse_tools};
 use crate::store::{
-    EventRecord, IdempotencyKey, ItemPage, NewRun, RunState, RunStore, RunUpdate, StoreError,
-    StoredRun,
+    EventRecord, IdempotencyKey, ItemPage, NewRun, RunState, RunStore, StoreError, StoredRun,
 };
 use crate::tools::registry::ToolRegistry;
 use emitter::EventEmitter;
@@ -605,10 +604,8 @@ impl Engine {
                 now_ms(),
             )
             .await?;
-        let request = pause::request_from_body(&body);
-        let history = self.history_of(&tenant_id, &body).await?;
         let input = self.inner.store.input_items(&tenant_id, &id).await?;
-        let prepared = match self.prepare(&request, &history, &input) {
+        let (prepared, history) = match self.prepare_stored(&tenant_id, &body, &input).await {
             Ok(prepared) => prepared,
             Err(e) => {
                 // The configuration changed since it was queued (a model or tool server is gone).
@@ -650,6 +647,21 @@ impl Engine {
             drop(permit);
         });
         Ok(())
+    }
+
+    /// What a stored run needs to continue: its request rebuilt from the stored body, then
+    /// prepared as at creation, and its chain's history. `seen` are items of the run itself
+    /// (a server already announced in them is not announced again).
+    async fn prepare_stored(
+        &self,
+        tenant_id: &str,
+        body: &ResponseObject,
+        seen: &[Item],
+    ) -> Result<(Prepared, Vec<Item>), EngineError> {
+        let request = pause::request_from_body(body);
+        let history = self.history_of(tenant_id, body).await?;
+        let prepared = self.prepare(&request, &history, seen)?;
+        Ok((prepared, history))
     }
 
     /// The history a stored run continues: its chain, or nothing if an ancestor is gone.
@@ -828,8 +840,7 @@ impl Engine {
     /// Ends a run nobody executes any more: its open items are closed `incomplete`, its log
     /// gets `error` and `response.failed`, and its state becomes `failed`.
     async fn abandon(&self, run: StoredRun, message: &str) {
-        let id = run.body.id.clone();
-        let mut body = run.body;
+        let mut body = run.body.clone();
         for item in &mut body.output {
             close_incomplete(item);
         }
@@ -838,47 +849,24 @@ impl Engine {
             code: "server_error".into(),
             message: message.into(),
         });
-        let store = &self.inner.store;
-        let update = RunUpdate {
-            body: &body,
-            transcript: &run.transcript,
-            lease_owner: None,
-            lease_expires_at: None,
-            expires_at: None,
-            append_input: &[],
-            now_ms: now_ms(),
-        };
-        if let Err(e) = state::transition(&**store, &id, run.state, RunState::Failed, &update).await
+        let events = vec![
+            run::error_event("server_error", message),
+            crate::protocol::events::Event::Failed {
+                response: Box::new(body.clone()),
+            },
+        ];
+        match self
+            .end_stored_run(&run, RunState::Failed, &body, events)
+            .await
         {
+            Ok(()) => tracing::warn!(response_id = %body.id, "failed an abandoned run"),
             // Another instance got there first, or the run moved on: nothing to do.
-            tracing::info!(response_id = %id, error = %e, "abandoned run not failed");
-            return;
-        }
-        tracing::warn!(response_id = %id, "failed an abandoned run");
-        let next = match store.last_sequence_number(&id).await {
-            Ok(last) => last.map_or(0, |n| n + 1),
-            Err(e) => {
-                tracing::error!(response_id = %id, error = %e, "cannot read the event log");
-                return;
+            Err(e @ (StoreError::Conflict { .. } | StoreError::NotFound)) => {
+                tracing::info!(response_id = %body.id, error = %e, "abandoned run not failed")
             }
-        };
-        let response_id: Arc<str> = Arc::from(id.as_str());
-        let mut emitter = EventEmitter::new(
-            self.inner.hub.clone(),
-            response_id.clone(),
-            Arc::from(run.tenant_id.as_str()),
-            next,
-        );
-        emitter
-            .emit(run::error_event("server_error", message))
-            .await;
-        emitter
-            .emit(crate::protocol::events::Event::Failed {
-                response: Box::new(body),
-            })
-            .await;
-        if let Err(e) = emitter.flush().await {
-            tracing::error!(response_id = %id, error = %e, "cannot store the failure events");
+            Err(e) => {
+                tracing::error!(response_id = %body.id, error = %e, "cannot fail an abandoned run")
+            }
         }
     }
 

@@ -218,10 +218,10 @@ impl Engine {
         body.completed_at = None;
         // Null while running (SPEC §4); the run adds to it when it stops again.
         let prior_usage = body.usage.take();
-        let request = request_from_body(&body);
-        let history = self.history_of(tenant_id, &body).await?;
         // The run's own transcript counts: its servers were announced before the pause.
-        let prepared = self.prepare(&request, &history, &run.transcript)?;
+        let (prepared, history) = self
+            .prepare_stored(tenant_id, &body, &run.transcript)
+            .await?;
         let now = now_ms();
         let update = RunUpdate {
             body: &body,
@@ -386,9 +386,9 @@ impl Engine {
                 &run,
                 RunState::Cancelled,
                 &body,
-                Event::Failed {
+                vec![Event::Failed {
                     response: Box::new(body.clone()),
-                },
+                }],
             )
             .await
         {
@@ -422,7 +422,7 @@ impl Engine {
             response: Box::new(body.clone()),
         };
         match self
-            .end_stored_run(&run, RunState::Expired, &body, event)
+            .end_stored_run(&run, RunState::Expired, &body, vec![event])
             .await
         {
             Ok(()) => {
@@ -438,13 +438,13 @@ impl Engine {
     }
 
     /// Ends a run that is not executing here: compare-and-set to `to`, then its log gets
-    /// the closing event after the last one stored.
-    async fn end_stored_run(
+    /// the closing events after the last one stored.
+    pub(super) async fn end_stored_run(
         &self,
         run: &StoredRun,
         to: RunState,
         body: &ResponseObject,
-        event: Event,
+        events: Vec<Event>,
     ) -> Result<(), StoreError> {
         let update = RunUpdate {
             body,
@@ -468,7 +468,9 @@ impl Engine {
             Arc::from(run.tenant_id.as_str()),
             next,
         );
-        emitter.emit(event).await;
+        for event in events {
+            emitter.emit(event).await;
+        }
         emitter.flush().await
     }
 }

@@ -173,9 +173,7 @@ impl Engine {
                 now_ms(),
             )
             .await?;
-        let request = super::pause::request_from_body(&body);
-        let history = self.history_of(&tenant_id, &body).await?;
-        let prepared = self.prepare(&request, &history, &transcript)?;
+        let (prepared, history) = self.prepare_stored(&tenant_id, &body, &transcript).await?;
         let mut context = history;
         context.extend(store.input_items(&tenant_id, &id).await?);
         let launch = Launch {

@@ -185,12 +185,6 @@ impl ToolRegistryBuilder {
         self
     }
 
-    /// Sets the timeout of tools that do not set their own.
-    pub fn default_timeout(&mut self, timeout: Duration) -> &mut Self {
-        self.default_timeout = timeout;
-        self
-    }
-
     /// Adds a handler to a server; a name already taken by any server is an error.
     pub fn register(
         &mut self,
