@@ -147,6 +147,11 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub models: Vec<String>,
+    /// Speak HTTP/2 to this provider (prior knowledge, also without TLS): every run shares
+    /// one connection. Off by default: HTTP/1.1 gives each streaming run its own connection,
+    /// and an HTTP/2 server's cap on concurrent streams would make runs beyond it wait.
+    #[serde(default)]
+    pub http2: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -214,6 +219,7 @@ pub struct ResolvedProvider {
     pub base_url: String,
     pub api_key: Option<Secret>,
     pub models: Vec<String>,
+    pub http2: bool,
 }
 
 impl Config {
@@ -330,5 +336,6 @@ fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedP
         base_url: base_url.trim_end_matches('/').to_string(),
         api_key,
         models: provider.models.clone(),
+        http2: provider.http2,
     }
 }

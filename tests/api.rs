@@ -724,7 +724,7 @@ async fn models_health_and_readiness_answer() {
 }
 
 #[tokio::test]
-async fn named_providers_route_their_own_models() {
+async fn named_providers_route_their_own_models_over_http1_or_http2() {
     let other = fake_llm::FakeLlm::start().await.unwrap();
     other.push(Turn::text("from the other provider"));
     let other_url = other.base_url();
@@ -736,6 +736,7 @@ async fn named_providers_route_their_own_models() {
                 api_key: None,
                 api_key_env: None,
                 models: vec!["llama3".into()],
+                http2: true,
             },
         );
     })
@@ -750,6 +751,16 @@ async fn named_providers_route_their_own_models() {
     );
     assert_eq!(other.requests().len(), 1);
     assert!(app.llm.requests().is_empty());
+    // `http2 = true` speaks HTTP/2 without TLS; the default provider stays on HTTP/1.1.
+    assert_eq!(other.http_versions(), ["HTTP/2.0"]);
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "hi"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(app.llm.http_versions(), ["HTTP/1.1"]);
     let (_, models) = app.get("/v1/models").await;
     assert_eq!(
         models["data"][2],

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
+
+use crate::common::{Data, DataLines, Numbering, number, parse_flags, process_stats, quantile};
 
 struct Options {
     base: String,
@@ -30,23 +31,19 @@ fn options(args: Vec<String>) -> Result<Options, String> {
         duration: Duration::from_secs(10),
         pid: None,
     };
-    let mut args = args.into_iter();
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag}: {e}");
-        match flag.as_str() {
+    parse_flags(args, |flag, value| {
+        match flag {
             "--base" => options.base = value.trim_end_matches('/').to_string(),
             "--target" => options.upstream = value == "upstream",
             "--scenario" => options.tools = value == "tools",
-            "--rate" => options.rate = Some(value.parse().map_err(|e| bad(&e))?),
-            "--concurrency" => options.concurrency = Some(value.parse().map_err(|e| bad(&e))?),
-            "--duration-s" => {
-                options.duration = Duration::from_secs_f64(value.parse().map_err(|e| bad(&e))?)
-            }
-            "--pid" => options.pid = Some(value.parse().map_err(|e| bad(&e))?),
-            other => return Err(format!("unknown flag {other}")),
+            "--rate" => options.rate = Some(number(flag, value)?),
+            "--concurrency" => options.concurrency = Some(number(flag, value)?),
+            "--duration-s" => options.duration = Duration::from_secs_f64(number(flag, value)?),
+            "--pid" => options.pid = Some(number(flag, value)?),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     if options.base.is_empty() || options.rate.is_none() == options.concurrency.is_none() {
         return Err("load needs --base and one of --rate or --concurrency".into());
     }
@@ -71,11 +68,7 @@ struct Tally {
 
 pub async fn main(args: Vec<String>) -> Result<(), String> {
     let options = Arc::new(options(args)?);
-    let client = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(4096)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let client = crate::common::http_client()?;
     let tally = Arc::new(Mutex::new(Tally::default()));
     let before = options.pid.and_then(process_stats);
     let started = Instant::now();
@@ -164,41 +157,27 @@ async fn one_run(
     if !response.status().is_success() {
         return Err(format!("status {}", response.status()));
     }
-    let mut stream = response.bytes_stream();
-    let mut buffer = String::new();
+    let mut lines = DataLines::new(response);
     let mut first_delta = None;
-    let mut expected = 0u64;
+    let mut numbering = Numbering { next: 0 };
     let mut events = 0usize;
     let mut done = false;
-    while let Some(chunk) = stream.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&chunk.map_err(|e| e.to_string())?));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
-                continue;
-            };
-            if data == "[DONE]" {
-                done = true;
-                continue;
-            }
-            events += 1;
-            if options.upstream {
-                if first_delta.is_none() && data.contains("\"content\"") {
-                    first_delta = Some(start.elapsed());
-                }
-                continue;
-            }
-            let event: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
-            if event["sequence_number"].as_u64() != Some(expected) {
-                return Err(format!(
-                    "sequence number {} where {expected} was due",
-                    event["sequence_number"]
-                ));
-            }
-            expected += 1;
-            if first_delta.is_none() && event["type"] == "response.output_text.delta" {
+    while let Some(data) = lines.next().await? {
+        let Data::Json(data) = data else {
+            done = true;
+            continue;
+        };
+        events += 1;
+        if options.upstream {
+            if first_delta.is_none() && data.contains("\"content\"") {
                 first_delta = Some(start.elapsed());
             }
+            continue;
+        }
+        let event: Value = serde_json::from_str(&data).map_err(|e| e.to_string())?;
+        numbering.check(&event)?;
+        if first_delta.is_none() && event["type"] == "response.output_text.delta" {
+            first_delta = Some(start.elapsed());
         }
     }
     if !done {
@@ -214,24 +193,6 @@ async fn one_run(
     ))
 }
 
-/// `(RSS in KiB, CPU time in ms)` of a process, from `/proc`.
-fn process_stats(pid: u32) -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Linux reports CPU time in clock ticks of 1/100 s.
-    Some((rss, ticks * 10))
-}
-
 fn report(
     options: &Options,
     tally: &Tally,
@@ -244,15 +205,7 @@ fn report(
         values.sort();
         values
     };
-    let at = |values: &[Duration], q: f64| -> String {
-        if values.is_empty() {
-            return "-".into();
-        }
-        let index = ((values.len() as f64 * q).ceil() as usize)
-            .saturating_sub(1)
-            .min(values.len() - 1);
-        format!("{:.2}", values[index].as_secs_f64() * 1000.0)
-    };
+    let at = |values: &[Duration], q: f64| crate::common::ms(quantile(values, q), 2);
     let mode = match (options.rate, options.concurrency) {
         (Some(rate), _) => format!("open {rate}/s"),
         (_, Some(c)) => format!("closed ×{c}"),

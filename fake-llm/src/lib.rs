@@ -171,6 +171,7 @@ fn split_words(text: &str) -> Vec<String> {
 struct Script {
     turns: VecDeque<Turn>,
     requests: Vec<Value>,
+    versions: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -189,9 +190,9 @@ pub struct Synthetic {
     pub deltas: usize,
     pub first_token_ms: u64,
     pub inter_token_ms: u64,
-    /// Before answering a request that offers tools, this many turns each call
-    /// `current_time` twice (the `tools` benchmark scenario); counted from the tool-call
-    /// turns already in the request.
+    /// Before answering a request that offers tools, this many turns each call the first
+    /// offered tool twice with `{"timezone": "UTC"}` (the `tools` and `pause` benchmark
+    /// scenarios); counted from the tool-call turns already in the request.
     pub tool_turns: usize,
 }
 
@@ -237,7 +238,8 @@ impl Shared {
 pub struct FakeLlm {
     addr: SocketAddr,
     shared: Shared,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+    /// Dropped with the fake: the server stops accepting and closes its connections.
+    _shutdown: tokio::sync::watch::Sender<()>,
 }
 
 impl FakeLlm {
@@ -252,14 +254,8 @@ impl FakeLlm {
         let addr = listener.local_addr()?;
         let shared = Shared::default();
         let app = router(shared.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
+        let (tx, rx) = tokio::sync::watch::channel(());
+        tokio::spawn(accept_loop(listener, app, rx));
         Ok(FakeLlm {
             addr,
             shared,
@@ -284,6 +280,11 @@ impl FakeLlm {
     /// The request bodies received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.shared.lock().requests.clone()
+    }
+
+    /// The HTTP version of each request received so far (`HTTP/1.1`, `HTTP/2.0`), in order.
+    pub fn http_versions(&self) -> Vec<String> {
+        self.shared.lock().versions.clone()
     }
 
     /// How many turns are still queued.
@@ -312,10 +313,50 @@ pub async fn serve(addr: &str, synthetic: Option<Synthetic>) -> std::io::Result<
         tool_turns: synthetic.map_or(0, |s| s.tool_turns),
         ..Shared::default()
     };
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+    let (_running, shutdown) = tokio::sync::watch::channel(());
+    accept_loop(listener, router(shared), shutdown).await;
+    Ok(())
+}
+
+/// Serves connections from `listener` until `shutdown`'s sender is dropped, then closes them:
+/// HTTP/1.1 and HTTP/2 without TLS (prior knowledge), with no limit on concurrent HTTP/2
+/// streams, so a client can hold thousands of slow streams on one connection.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut shutdown: tokio::sync::watch::Receiver<()>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto;
+    use hyper_util::service::TowerToHyperService;
+
+    let service = TowerToHyperService::new(app);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(None);
+    let builder = Arc::new(builder);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => return,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            // Out of file descriptors and the like: back off instead of spinning.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
         let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(shared)).await
+        let (builder, service) = (builder.clone(), service.clone());
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = builder.serve_connection(TokioIo::new(tcp), service) => {}
+                _ = shutdown.changed() => {}
+            }
+        });
+    }
 }
 
 async fn models() -> Json<Value> {
@@ -337,26 +378,29 @@ async fn reset(State(shared): State<Shared>) -> StatusCode {
     let mut script = shared.lock();
     script.turns.clear();
     script.requests.clear();
+    script.versions.clear();
     StatusCode::NO_CONTENT
 }
 
-async fn chat_completions(State(shared): State<Shared>, body: Bytes) -> Response {
+async fn chat_completions(
+    State(shared): State<Shared>,
+    version: axum::http::Version,
+    body: Bytes,
+) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let turn = {
         let mut script = shared.lock();
         script.requests.push(request.clone());
+        script.versions.push(format!("{version:?}"));
         script.turns.pop_front()
     };
     let turn = turn.unwrap_or_else(|| {
         // Only a request that offers tools gets tool calls: one fake serves both scenarios.
         let done = tool_call_turns(&request);
-        if done < shared.tool_turns && request.get("tools").is_some() {
+        if let Some(tool) = first_tool_name(&request).filter(|_| done < shared.tool_turns) {
             let (a, b) = (format!("call_{done}_a"), format!("call_{done}_b"));
             let arguments = r#"{"timezone": "UTC"}"#;
-            return Turn::tool_calls(&[
-                (&a, "current_time", arguments),
-                (&b, "current_time", arguments),
-            ]);
+            return Turn::tool_calls(&[(&a, &tool, arguments), (&b, &tool, arguments)]);
         }
         match &shared.default {
             Some(turn) => Turn::clone(turn),
@@ -385,6 +429,13 @@ async fn chat_completions(State(shared): State<Shared>, body: Bytes) -> Response
         .header(header::CONTENT_TYPE, "text/event-stream")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The name of the first function the request offers.
+fn first_tool_name(request: &Value) -> Option<String> {
+    let tools = request.get("tools")?.as_array()?;
+    let name = tools.first()?.pointer("/function/name")?.as_str()?;
+    Some(name.to_string())
 }
 
 /// How many assistant turns with tool calls the conversation already has.

@@ -31,11 +31,18 @@ impl EventEmitter {
     }
 
     /// Sends the event with the next sequence number; returns that number.
-    pub async fn emit(&mut self, event: Event) -> u64 {
-        let record = self.record(&event);
-        let sequence_number = record.sequence_number;
-        self.hub.send(Arc::new(record)).await;
-        sequence_number
+    ///
+    /// The event is numbered and serialised before the returned future is first polled, so
+    /// the future holds only the record, not the event: it is part of every await in the run
+    /// loop, and its size is paid by every open run.
+    pub fn emit(&mut self, event: Event) -> impl Future<Output = u64> + Send + '_ {
+        let record = Arc::new(self.record(&event));
+        let hub = &self.hub;
+        async move {
+            let sequence_number = record.sequence_number;
+            hub.send(record).await;
+            sequence_number
+        }
     }
 
     /// Numbers and serialises the event without sending it (for events written together

@@ -7,6 +7,7 @@
 //! or repeats an event.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,8 +18,9 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use crate::protocol::events::is_terminal;
 use crate::store::{EventRecord, RunState, RunStore, StoreError};
 
-/// Events buffered per live channel before a slow subscriber falls back to the store.
-const LIVE_CAPACITY: usize = 1024;
+/// Events buffered per live channel before a slow subscriber falls back to the store. The
+/// buffer is allocated when the run starts, so it is part of every open run's memory.
+const LIVE_CAPACITY: usize = 32;
 /// Events read from the store per query when replaying.
 const REPLAY_PAGE: u32 = 1000;
 /// Queued events before emitters wait for the writer (back-pressure).
@@ -30,11 +32,18 @@ enum Command {
     Event(Arc<EventRecord>),
     /// Answered once everything queued before it for this run is written (or failed).
     Flush(Arc<str>, oneshot::Sender<Result<(), StoreError>>),
-    /// Ends the run's live channel after everything queued before it.
-    Close(Arc<str>),
+    /// Ends the run's live channel after everything queued before it, unless a later
+    /// execution of the run (after a pause) opened it again since.
+    Close(Arc<str>, u64),
 }
 
-type Channels = Arc<Mutex<HashMap<Arc<str>, broadcast::Sender<Arc<EventRecord>>>>>;
+/// A run's live channel, opened by the run's latest execution here (`generation`).
+struct Live {
+    generation: u64,
+    sender: broadcast::Sender<Arc<EventRecord>>,
+}
+
+type Channels = Arc<Mutex<HashMap<Arc<str>, Live>>>;
 
 /// Followers of runs executing elsewhere, waiting for news of new events.
 type Wakers = Arc<Mutex<HashMap<Arc<str>, Weak<Notify>>>>;
@@ -50,7 +59,25 @@ pub struct EventHub {
     queue: mpsc::Sender<Command>,
     channels: Channels,
     wakers: Wakers,
+    generations: Arc<AtomicU64>,
     store: Arc<dyn RunStore>,
+}
+
+/// A run's live channel as one execution of the run opened it.
+#[derive(Clone)]
+pub struct LiveChannel {
+    hub: EventHub,
+    response_id: Arc<str>,
+    generation: u64,
+}
+
+impl LiveChannel {
+    /// Ends the channel once the events queued so far are published — unless the run was
+    /// resumed here since (its next execution owns the channel then).
+    pub async fn close(&self) {
+        let command = Command::Close(self.response_id.clone(), self.generation);
+        let _ = self.hub.queue.send(command).await;
+    }
 }
 
 /// Stops the writer after draining its queue.
@@ -71,17 +98,20 @@ impl EventHub {
     pub fn start(store: Arc<dyn RunStore>, batch_max: usize) -> (EventHub, HubWriter) {
         let (queue, commands) = mpsc::channel(QUEUE_CAPACITY);
         let channels: Channels = Arc::default();
+        let wakers: Wakers = Arc::default();
         let task = tokio::spawn(write_loop(
             commands,
             store.clone(),
             channels.clone(),
+            wakers.clone(),
             batch_max.max(1),
         ));
         (
             EventHub {
                 queue,
                 channels,
-                wakers: Arc::default(),
+                wakers,
+                generations: Arc::default(),
                 store,
             },
             HubWriter { task },
@@ -115,7 +145,7 @@ impl EventHub {
     }
 
     fn lock_wakers(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Weak<Notify>>> {
-        self.wakers.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.wakers)
     }
 
     /// The notifier a follower of `id` waits on.
@@ -131,22 +161,27 @@ impl EventHub {
         waker
     }
 
-    fn channels(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, broadcast::Sender<Arc<EventRecord>>>> {
-        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Live>> {
+        lock(&self.channels)
     }
 
-    /// Opens the live channel of a run about to execute here.
-    pub fn open(&self, response_id: &Arc<str>) {
+    /// Opens the live channel of a run about to execute here. A channel still open from the
+    /// run's previous execution (its closing is queued behind its last events) is kept, so its
+    /// readers go on seeing the run live; this execution's [`LiveChannel::close`] ends it.
+    pub fn open(&self, response_id: &Arc<str>) -> LiveChannel {
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed);
         self.channels()
             .entry(response_id.clone())
-            .or_insert_with(|| broadcast::channel(LIVE_CAPACITY).0);
-    }
-
-    /// Closes the run's live channel once its queued events are published.
-    pub async fn close(&self, response_id: Arc<str>) {
-        let _ = self.queue.send(Command::Close(response_id)).await;
+            .and_modify(|live| live.generation = generation)
+            .or_insert_with(|| Live {
+                generation,
+                sender: broadcast::channel(LIVE_CAPACITY).0,
+            });
+        LiveChannel {
+            hub: self.clone(),
+            response_id: response_id.clone(),
+            generation,
+        }
     }
 
     pub async fn send(&self, event: Arc<EventRecord>) {
@@ -195,7 +230,7 @@ impl EventHub {
         let live = self
             .channels()
             .get(&response_id)
-            .map(broadcast::Sender::subscribe);
+            .map(|live| live.sender.subscribe());
         let is_live = live.is_some();
         let follower = Follower {
             waker: live.is_none().then(|| self.waker(&response_id)),
@@ -352,10 +387,15 @@ impl Follower {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 async fn write_loop(
     mut commands: mpsc::Receiver<Command>,
     store: Arc<dyn RunStore>,
     channels: Channels,
+    wakers: Wakers,
     batch_max: usize,
 ) {
     let mut failed: HashSet<Arc<str>> = HashSet::new();
@@ -370,19 +410,16 @@ async fn write_loop(
             .collect();
         let lost = write_batch(&*store, &events).await;
         failed.extend(lost.iter().cloned());
-        let channels_now = {
-            let guard = channels.lock().unwrap_or_else(|e| e.into_inner());
-            guard.clone()
-        };
+        wake_followers(&wakers, &events);
         for command in batch.drain(..) {
             match command {
                 Command::Event(event) => {
                     if lost.contains(&event.response_id) {
                         continue;
                     }
-                    if let Some(channel) = channels_now.get(&event.response_id) {
+                    if let Some(live) = lock(&channels).get(&event.response_id) {
                         // No receivers is fine: nobody is watching.
-                        let _ = channel.send(event);
+                        let _ = live.sender.send(event);
                     }
                 }
                 Command::Flush(id, reply) => {
@@ -395,14 +432,36 @@ async fn write_loop(
                     };
                     let _ = reply.send(result);
                 }
-                Command::Close(id) => {
+                Command::Close(id, generation) => {
                     failed.remove(&id);
-                    channels
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&id);
+                    let mut channels = lock(&channels);
+                    if channels
+                        .get(&id)
+                        .is_some_and(|l| l.generation == generation)
+                    {
+                        channels.remove(&id);
+                    }
                 }
             }
+        }
+    }
+}
+
+/// Wakes this instance's followers of runs that are not executing here (queued, say, or
+/// executing elsewhere until claimed here) when their events were just written here.
+fn wake_followers(wakers: &Wakers, events: &[EventRecord]) {
+    let wakers = lock(wakers);
+    if wakers.is_empty() {
+        return;
+    }
+    let mut last: Option<&Arc<str>> = None;
+    for event in events {
+        if last == Some(&event.response_id) {
+            continue;
+        }
+        last = Some(&event.response_id);
+        if let Some(waker) = wakers.get(&event.response_id).and_then(Weak::upgrade) {
+            waker.notify_waiters();
         }
     }
 }

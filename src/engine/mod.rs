@@ -36,7 +36,7 @@ use crate::store::{
 };
 use crate::tools::registry::ToolRegistry;
 use emitter::EventEmitter;
-use hub::EventHub;
+use hub::{EventHub, LiveChannel};
 use toolset::ToolSet;
 
 /// Milliseconds since the Unix epoch.
@@ -244,9 +244,9 @@ impl Engine {
             idempotency: idempotency.clone(),
         };
         let response_id: Arc<str> = Arc::from(id.as_str());
-        self.inner.hub.open(&response_id);
+        let live = self.inner.hub.open(&response_id);
         if let Err(e) = self.inner.store.insert_run(&run).await {
-            self.inner.hub.close(response_id).await;
+            live.close().await;
             // A concurrent retry with the same key got there first: answer with its run.
             if let (StoreError::KeyTaken, Some(key)) = (&e, &idempotency)
                 && let Some(existing) = self.idempotent_run(tenant_id, key, stream).await?
@@ -341,7 +341,7 @@ impl Engine {
     fn launch(&self, prepared: Prepared, launch: Launch) -> StartedRun {
         let id = launch.body.id.clone();
         let response_id: Arc<str> = Arc::from(id.as_str());
-        self.inner.hub.open(&response_id);
+        let live = self.inner.hub.open(&response_id);
         let events = launch
             .stream
             .then(|| match launch.next_sequence.checked_sub(1) {
@@ -367,7 +367,7 @@ impl Engine {
             .count() as u64;
         let task = run::RunTask {
             store: self.inner.store.clone(),
-            hub: self.inner.hub.clone(),
+            live: live.clone(),
             emitter: EventEmitter::new(
                 self.inner.hub.clone(),
                 response_id.clone(),
@@ -397,32 +397,36 @@ impl Engine {
         };
         let engine = self.clone();
         let tenant = launch.tenant_id;
-        self.inner.runs.spawn(async move {
+        // Boxed: an async block keeps a future it captures and awaits twice (as the captured
+        // value and as the awaited state); a box makes the second copy a pointer.
+        let execution = Box::pin(AssertUnwindSafe(Box::new(task).execute()).catch_unwind());
+        let fut = async move {
             // A bug must not leave the run in progress for ever: fail it and close its log.
-            if AssertUnwindSafe(task.execute())
-                .catch_unwind()
-                .await
-                .is_err()
-            {
-                tracing::error!(response_id = %response_id, "the run task panicked");
-                if let Ok(run) = engine.inner.store.get_run(&tenant, &response_id).await
-                    && !run.state.is_final()
-                {
-                    engine
-                        .abandon(run, "The run stopped because of an internal error.")
-                        .await;
-                }
-                engine.inner.hub.close(response_id.clone()).await;
+            if execution.await.is_err() {
+                Box::pin(engine.after_panic(&tenant, &response_id, &live)).await;
             }
             engine.live().remove(&*response_id);
             let _ = stopped_tx.send(true);
-        });
+        };
+        self.inner.runs.spawn(fut);
         StartedRun {
             id,
             events,
             outcome,
             immediate: None,
         }
+    }
+
+    /// After a run task panicked: fails the run and closes its log.
+    async fn after_panic(&self, tenant: &str, response_id: &str, live: &LiveChannel) {
+        tracing::error!(response_id = %response_id, "the run task panicked");
+        if let Ok(run) = self.inner.store.get_run(tenant, response_id).await
+            && !run.state.is_final()
+        {
+            self.abandon(run, "The run stopped because of an internal error.")
+                .await;
+        }
+        live.close().await;
     }
 
     /// Stores a background run as `queued` with its first events, and wakes the claimer.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::emitter::EventEmitter;
 use super::executor::{CallEvent, ServerCall, TurnCalls};
-use super::hub::EventHub;
+use super::hub::LiveChannel;
 use super::toolset::{ClientKind, Executor, ToolSet};
 use super::{RunOutcome, close_incomplete, now_ms};
 use crate::config::ToolErrorPolicy;
@@ -108,7 +108,8 @@ pub(super) struct RunLimits {
 
 pub(super) struct RunTask {
     pub store: Arc<dyn RunStore>,
-    pub hub: EventHub,
+    /// The run's live channel, closed when this execution ends.
+    pub live: LiveChannel,
     pub emitter: EventEmitter,
     pub client: Arc<dyn LlmClient>,
     pub request: ModelRequest,
@@ -186,7 +187,9 @@ struct Presented {
 }
 
 impl RunTask {
-    pub async fn execute(mut self) {
+    /// Runs the run to its end. Boxed: an async fn keeps its arguments twice (as passed,
+    /// and moved into its body), and this state is held by every open run.
+    pub async fn execute(mut self: Box<Self>) {
         let id = self.body.id.clone();
         let started = std::time::Instant::now();
         tracing::info!(response_id = %id, model = %self.body.model, resumed = self.resumed, "run started");
@@ -203,15 +206,14 @@ impl RunTask {
             })
             .await;
         for (label, tools) in std::mem::take(&mut self.listings) {
-            self.list_tools(label, tools).await;
+            Box::pin(self.list_tools(label, tools)).await;
         }
 
         let ending = self.turns().await;
         self.body.usage = Some(self.usage.clone());
-        let upstream = self.finish(ending).await;
+        let upstream = Box::pin(self.finish(ending)).await;
 
-        let response_id: Arc<str> = Arc::from(id.as_str());
-        self.hub.close(response_id).await;
+        self.live.close().await;
         // An unstored run is kept while it waits for the client, and deleted once it stops.
         if !self.body.store
             && !self.lost
@@ -287,8 +289,12 @@ impl RunTask {
     }
 
     /// Model turns until the model answers without server tools, or a limit is reached.
+    ///
+    /// While a run waits for the model, its task holds this future's biggest state: steps
+    /// taken once per turn or item are boxed (`Box::pin`) so that the state of every open
+    /// run stays small; per-event steps are not (an allocation per event would cost more).
     async fn turns(&mut self) -> Ending {
-        if let Err(ending) = self.resolve_approvals().await {
+        if let Err(ending) = Box::pin(self.resolve_approvals()).await {
             return ending;
         }
         let max_turns = self.limits.max_turns.max(1);
@@ -297,7 +303,7 @@ impl RunTask {
                 Ok(turn) => turn,
                 Err(ending) => return ending,
             };
-            let presented = match self.present(turn_result.calls).await {
+            let presented = match Box::pin(self.present(turn_result.calls)).await {
                 Ok(presented) => presented,
                 Err(ending) => return ending,
             };
@@ -337,7 +343,7 @@ impl RunTask {
                 } else {
                     direct.chunks.clone()
                 };
-                self.text_message(deltas).await;
+                Box::pin(self.text_message(deltas)).await;
                 return Ending::Completed;
             }
             if presented.is_empty() {
@@ -353,13 +359,15 @@ impl RunTask {
     /// Streams one model turn: text and client calls live, server calls started as soon as
     /// their arguments are complete.
     async fn model_turn(&mut self) -> Result<Turn, Ending> {
-        let mut request = self.request.clone();
-        request.items = self.context.clone();
-        request.items.extend(self.transcript.iter().cloned());
-
-        let stream = tokio::select! {
-            _ = self.stop.cancelled() => return Err(self.stop_ending()),
-            started = self.client.stream(&request) => started,
+        // In a block: the request is not kept for the rest of the turn.
+        let stream = {
+            let mut request = self.request.clone();
+            request.items = self.context.clone();
+            request.items.extend(self.transcript.iter().cloned());
+            tokio::select! {
+                _ = self.stop.cancelled() => return Err(self.stop_ending()),
+                started = self.client.stream(&request) => started,
+            }
         };
         let mut stream = match stream {
             Ok(stream) => stream,
@@ -378,8 +386,8 @@ impl RunTask {
         loop {
             let next = tokio::select! {
                 _ = self.stop.cancelled() => {
-                    self.close_message(open.take(), ItemStatus::Incomplete).await;
-                    self.close_live(&mut calls, ItemStatus::Incomplete).await;
+                    Box::pin(self.close_message(open.take(), ItemStatus::Incomplete)).await;
+                    Box::pin(self.close_live(&mut calls, ItemStatus::Incomplete)).await;
                     return Err(self.stop_ending());
                 }
                 next = stream.next() => next,
@@ -388,10 +396,12 @@ impl RunTask {
             match next {
                 Ok(ModelEvent::TextDelta(delta)) => {
                     // Text after calls: the calls are complete.
-                    self.finish_calls(&mut calls, &mut turn).await;
+                    if !calls.is_empty() {
+                        Box::pin(self.finish_calls(&mut calls, &mut turn)).await;
+                    }
                     let message = match &mut open {
                         Some(message) => message,
-                        None => open.insert(self.open_message().await),
+                        None => open.insert(Box::pin(self.open_message()).await),
                     };
                     message.text.push_str(&delta);
                     let event = Event::OutputTextDelta {
@@ -409,7 +419,9 @@ impl RunTask {
                     name,
                     arguments,
                 }) => {
-                    self.close_message(open.take(), ItemStatus::Completed).await;
+                    if open.is_some() {
+                        Box::pin(self.close_message(open.take(), ItemStatus::Completed)).await;
+                    }
                     let call = calls.entry(index).or_insert_with(|| PendingCall {
                         call_id: id.unwrap_or_else(|| ids::new(ids::CALL)),
                         name: String::new(),
@@ -432,16 +444,15 @@ impl RunTask {
                         };
                         self.emitter.emit(event).await;
                     }
-                    self.settle_calls(&mut calls, Some(index), &mut turn).await;
+                    Box::pin(self.settle_calls(&mut calls, Some(index), &mut turn)).await;
                 }
                 Ok(ModelEvent::Usage(usage)) => self.usage.add(&usage),
                 Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
                 // Reasoning text is not surfaced yet.
                 Ok(ModelEvent::ReasoningDelta(_)) => {}
                 Err(e) => {
-                    self.close_message(open.take(), ItemStatus::Incomplete)
-                        .await;
-                    self.close_live(&mut calls, ItemStatus::Incomplete).await;
+                    Box::pin(self.close_message(open.take(), ItemStatus::Incomplete)).await;
+                    Box::pin(self.close_live(&mut calls, ItemStatus::Incomplete)).await;
                     return Err(upstream_ending(e));
                 }
             }
@@ -450,8 +461,8 @@ impl RunTask {
             Some(FinishReason::Length | FinishReason::ContentFilter) => ItemStatus::Incomplete,
             _ => ItemStatus::Completed,
         };
-        self.close_message(open.take(), status).await;
-        self.finish_calls(&mut calls, &mut turn).await;
+        Box::pin(self.close_message(open.take(), status)).await;
+        Box::pin(self.finish_calls(&mut calls, &mut turn)).await;
         Ok(turn)
     }
 

@@ -32,7 +32,15 @@ impl ChatCompletionsClient {
             .connect_timeout(Duration::from_millis(llm.connect_timeout_ms))
             // Nagle's algorithm would hold each small streamed chunk for a delayed ACK.
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(Duration::from_secs(90));
+        // Without the choice, TLS would negotiate HTTP/2 whenever the server offers it, and
+        // runs past the server's concurrent-stream cap would wait for a free stream.
+        let http = if provider.http2 {
+            http.http2_prior_knowledge()
+        } else {
+            http.http1_only()
+        };
+        let http = http
             .build()
             .map_err(|e| LlmError::Connect(format!("cannot build the HTTP client: {e}")))?;
         Ok(ChatCompletionsClient {
