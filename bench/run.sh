@@ -4,6 +4,7 @@
 # local PostgreSQL answers) on PostgreSQL, and prints markdown tables.
 #   BENCH_REATTACHES (default 500)  BENCH_SECONDS per load step (default 10)
 #   BENCH_RATE open-loop runs/s (default 500)  BENCH_CONCURRENCY closed-loop runs at once (default 32)
+#   BENCH_PAUSE_RUNS runs per pause line (default 300)  BENCH_IDLE_STREAMS streams held open (default 10000)
 #   PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,6 +13,8 @@ REATTACHES="${BENCH_REATTACHES:-500}"
 SECONDS_PER_STEP="${BENCH_SECONDS:-10}"
 RATE="${BENCH_RATE:-500}"
 CONCURRENCY="${BENCH_CONCURRENCY:-32}"
+PAUSE_RUNS="${BENCH_PAUSE_RUNS:-300}"
+IDLE_STREAMS="${BENCH_IDLE_STREAMS:-10000}"
 PGHOST="${PGHOST:-127.0.0.1}"; PGPORT="${PGPORT:-5432}"; PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d)"
 pids=()
@@ -44,9 +47,15 @@ address_in() {
 target/release/fake-llm --listen 127.0.0.1:0 --deltas 20 --tool-turns 3 > "$work/fake.log" 2>&1 &
 pids+=($!)
 upstream="http://$(address_in "$work/fake.log" "listening on http://")/v1"
+# The slow upstream of idle-streams: a first delta at once, the second 30 s later.
+target/release/fake-llm --listen 127.0.0.1:0 --deltas 2 --inter-token-ms 30000 > "$work/slow.log" 2>&1 &
+pids+=($!)
+slow="http://$(address_in "$work/slow.log" "listening on http://")/v1"
 
 bench_on() {
   local label=$1 url=$2
+  # Streams held open need a descriptor each (and the generator one per stream).
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$upstream" \
     RUST_LOG=warn,switchyard::app=info target/release/switchyard > "$work/$label.log" 2>&1 &
   local pid=$!
@@ -75,6 +84,28 @@ bench_on() {
   echo "### stream resume on $label: reattach to a stored log (starting_after=3) → first replayed event"
   echo
   target/release/switchyard-bench resume --base "http://$address" --reattaches "$REATTACHES"
+  echo
+  echo "### pause on $label: each run pauses 3 times (two calls of a client-declared function each), resumed with streamed submit_tool_outputs"
+  echo
+  target/release/switchyard-bench pause-header
+  target/release/switchyard-bench pause --upstream "$upstream" --runs "$PAUSE_RUNS"
+  target/release/switchyard-bench pause --base "http://$address" --runs "$PAUSE_RUNS" --concurrency 1 --pid "$pid"
+  target/release/switchyard-bench pause --base "http://$address" --runs "$PAUSE_RUNS" --concurrency 16 --pid "$pid"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  # A fresh instance for idle-streams, so its memory before the streams is a clean baseline.
+  # HTTP/2 to the upstream: one process may hold at most 20,000 descriptors here, and 10,000
+  # client connections plus 10,000 upstream connections would not fit.
+  SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$slow" \
+    SWITCHYARD__LLM__HTTP2=true SWITCHYARD__SERVER__SHUTDOWN_GRACE_SECONDS=0 \
+    RUST_LOG=warn,switchyard::app=info target/release/switchyard > "$work/$label-idle.log" 2>&1 &
+  pid=$!
+  pids+=($pid)
+  address="$(address_in "$work/$label-idle.log" "address=")"
+  echo
+  echo "### idle-streams on $label: $IDLE_STREAMS streams held open at once (each past its first delta, waiting for the next)"
+  echo
+  target/release/switchyard-bench idle --base "http://$address" --streams "$IDLE_STREAMS" --pid "$pid"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
 }

@@ -84,6 +84,7 @@ fn update<'a>(body: &'a ResponseObject, transcript: &'a [Item], now_ms: i64) -> 
         lease_expires_at: None,
         expires_at: None,
         append_input: &[],
+        expected_owner: None,
         now_ms,
     }
 }

@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use crate::protocol::events::is_terminal;
-use crate::store::{EventRecord, RunState, RunStore, StoreError};
+use crate::store::{EventRecord, NewRun, RunState, RunStore, StoreError};
 
 /// Events buffered per live channel before a slow subscriber falls back to the store. The
 /// buffer is allocated when the run starts, so it is part of every open run's memory.
@@ -29,6 +29,8 @@ const QUEUE_CAPACITY: usize = 16 * 1024;
 const RETRY_DELAYS_MS: [u64; 3] = [10, 100, 500];
 
 enum Command {
+    /// A new run, inserted in the next batch's transaction; answered once it is committed.
+    Insert(Box<NewRun>, oneshot::Sender<Result<(), StoreError>>),
     Event(Arc<EventRecord>),
     /// Answered once everything queued before it for this run is written (or failed).
     Flush(Arc<str>, oneshot::Sender<Result<(), StoreError>>),
@@ -188,6 +190,19 @@ impl EventHub {
         // The writer only stops after every hub clone is dropped, so this cannot fail while
         // an emitter holds one.
         let _ = self.queue.send(Command::Event(event)).await;
+    }
+
+    /// Inserts a new run together with whatever else the writer commits next (group commit:
+    /// one transaction for many runs). For runs without an idempotency key: a key conflict
+    /// would fail the whole batch, so those go to the store directly.
+    pub async fn insert_run(&self, run: NewRun) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.queue
+            .send(Command::Insert(Box::new(run), tx))
+            .await
+            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?
     }
 
     /// Waits until the run's events sent so far are durable.
@@ -408,11 +423,25 @@ async fn write_loop(
                 _ => None,
             })
             .collect();
-        let lost = write_batch(&*store, &events).await;
+        let runs: Vec<&NewRun> = batch
+            .iter()
+            .filter_map(|c| match c {
+                Command::Insert(run, _) => Some(&**run),
+                _ => None,
+            })
+            .collect();
+        let (lost, not_inserted) = write_batch(&*store, &runs, &events).await;
         failed.extend(lost.iter().cloned());
         wake_followers(&wakers, &events);
         for command in batch.drain(..) {
             match command {
+                Command::Insert(run, reply) => {
+                    let result = match not_inserted.get(run.body.id.as_str()) {
+                        Some(e) => Err(StoreError::Database(e.clone())),
+                        None => Ok(()),
+                    };
+                    let _ = reply.send(result);
+                }
                 Command::Event(event) => {
                     if lost.contains(&event.response_id) {
                         continue;
@@ -466,12 +495,32 @@ fn wake_followers(wakers: &Wakers, events: &[EventRecord]) {
     }
 }
 
-/// Writes a batch with retries; if it still fails, writes run by run so that one run's bad
-/// event cannot lose the others'. Returns the runs whose events were lost.
-async fn write_batch(store: &dyn RunStore, events: &[EventRecord]) -> HashSet<Arc<str>> {
-    if events.is_empty() || write_with_retries(store, events).await.is_ok() {
-        return HashSet::new();
+/// Writes a batch (new runs and events) in one transaction, with retries; if it still fails,
+/// writes run by run so that one run's bad row cannot lose the others'. Returns the runs whose
+/// events were lost, and the new runs that could not be inserted (with the error).
+async fn write_batch(
+    store: &dyn RunStore,
+    runs: &[&NewRun],
+    events: &[EventRecord],
+) -> (HashSet<Arc<str>>, HashMap<String, String>) {
+    if (runs.is_empty() && events.is_empty())
+        || write_with_retries(store, runs, events).await.is_ok()
+    {
+        return (HashSet::new(), HashMap::new());
     }
+    let mut not_inserted = HashMap::new();
+    for run in runs {
+        if let Err(e) = store.insert_run(run).await {
+            tracing::error!(response_id = %run.body.id, error = %e, "a run could not be stored");
+            not_inserted.insert(run.body.id.clone(), e.to_string());
+        }
+    }
+    (write_events_apart(store, events).await, not_inserted)
+}
+
+/// Writes each run's events in a transaction of its own; returns the runs whose events were
+/// lost.
+async fn write_events_apart(store: &dyn RunStore, events: &[EventRecord]) -> HashSet<Arc<str>> {
     let mut by_run: HashMap<Arc<str>, Vec<EventRecord>> = HashMap::new();
     for event in events {
         by_run
@@ -491,14 +540,15 @@ async fn write_batch(store: &dyn RunStore, events: &[EventRecord]) -> HashSet<Ar
 
 async fn write_with_retries(
     store: &dyn RunStore,
+    runs: &[&NewRun],
     events: &[EventRecord],
 ) -> Result<(), StoreError> {
-    let mut result = store.append_events(events).await;
+    let mut result = store.write_batch(runs, events).await;
     for delay in RETRY_DELAYS_MS {
         let Err(e) = &result else { break };
-        tracing::warn!(error = %e, events = events.len(), "writing events failed; retrying");
+        tracing::warn!(error = %e, runs = runs.len(), events = events.len(), "writing a batch failed; retrying");
         tokio::time::sleep(Duration::from_millis(delay)).await;
-        result = store.append_events(events).await;
+        result = store.write_batch(runs, events).await;
     }
     result
 }

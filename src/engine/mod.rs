@@ -245,7 +245,13 @@ impl Engine {
         };
         let response_id: Arc<str> = Arc::from(id.as_str());
         let live = self.inner.hub.open(&response_id);
-        if let Err(e) = self.inner.store.insert_run(&run).await {
+        let inserted = if run.idempotency.is_none() {
+            // Committed with the event writer's next batch, together with other runs.
+            self.inner.hub.insert_run(run).await
+        } else {
+            self.inner.store.insert_run(&run).await
+        };
+        if let Err(e) = inserted {
             live.close().await;
             // A concurrent retry with the same key got there first: answer with its run.
             if let (StoreError::KeyTaken, Some(key)) = (&e, &idempotency)

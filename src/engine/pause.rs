@@ -230,6 +230,7 @@ impl Engine {
             lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
             expires_at: None,
             append_input: &outputs,
+            expected_owner: None,
             now_ms: now,
         };
         // One compare-and-set: of two concurrent submissions exactly one gets here.
@@ -331,6 +332,7 @@ impl Engine {
             lease_expires_at: None,
             expires_at: None,
             append_input: &[],
+            expected_owner: None,
             now_ms: now_ms(),
         };
         match super::state::transition(
@@ -453,6 +455,7 @@ impl Engine {
             lease_expires_at: None,
             expires_at: None,
             append_input: &[],
+            expected_owner: None,
             now_ms: now_ms(),
         };
         super::state::transition(&*self.inner.store, &body.id, run.state, to, &update).await?;

@@ -308,7 +308,9 @@ impl RunTask {
                 Err(ending) => return ending,
             };
             self.transcript.push(Item::TurnEnd(TurnEnd::default()));
-            if !self.checkpoint(None).await {
+            // Server calls ran: their results are saved before the next turn. A turn without
+            // them ends the run, and the ending saves everything.
+            if !presented.is_empty() && !self.checkpoint(None).await {
                 return Ending::Lost;
             }
             if self.limits.on_error == ToolErrorPolicy::Fail
@@ -1209,17 +1211,30 @@ impl RunTask {
             lease_expires_at: None,
             expires_at,
             append_input: &[],
+            // A run taken over elsewhere (this instance lost its lease) is not ended here.
+            expected_owner: Some(&self.owner),
             now_ms: now_ms(),
         };
         // Persisted before anyone sees the ending: a paused run is resumable once the
         // client reads `response.completed`.
-        if let Err(e) =
-            super::state::transition(&*self.store, &id, RunState::InProgress, state, &update).await
+        match super::state::transition(&*self.store, &id, RunState::InProgress, state, &update)
+            .await
         {
-            // The run was moved on by someone else (or the database is gone): its stored
-            // state stands, and the log gets no second ending.
-            tracing::error!(response_id = %id, error = %e, "cannot store the run's final state");
-            return upstream;
+            Ok(()) => {}
+            Err(StoreError::Conflict {
+                actual: RunState::InProgress,
+            }) => {
+                // Still running, but no longer under this instance's lease: taken over.
+                tracing::warn!(response_id = %id, "the run is executed elsewhere now; stopping here");
+                self.lost = true;
+                return upstream;
+            }
+            Err(e) => {
+                // The run was moved on by someone else (or the database is gone): its stored
+                // state stands, and the log gets no second ending.
+                tracing::error!(response_id = %id, error = %e, "cannot store the run's final state");
+                return upstream;
+            }
         }
         let response = Box::new(self.body.clone());
         let event = match state {

@@ -144,6 +144,9 @@ pub struct RunUpdate<'a> {
     pub expires_at: Option<i64>,
     /// Input items appended after the existing ones, in the same transaction.
     pub append_input: &'a [Item],
+    /// The instance that must still hold the run's lease for the change to apply (the run's
+    /// own ending); `None` for changes made on the client's behalf.
+    pub expected_owner: Option<&'a str>,
     pub now_ms: i64,
 }
 
@@ -211,6 +214,11 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Appends events (any runs) in one transaction.
     async fn append_events(&self, events: &[EventRecord]) -> Result<(), StoreError>;
+
+    /// Inserts runs (without idempotency keys) and appends events, all in one transaction:
+    /// the event writer's group commit.
+    async fn write_batch(&self, runs: &[&NewRun], events: &[EventRecord])
+    -> Result<(), StoreError>;
 
     /// A run's state, or `None` when there is no such run.
     async fn state_of(&self, id: &str) -> Result<Option<RunState>, StoreError>;

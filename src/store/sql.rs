@@ -112,7 +112,6 @@ macro_rules! impl_run_store {
                 &self,
                 run: &$crate::store::NewRun,
             ) -> Result<(), $crate::store::StoreError> {
-                use sqlx::types::Json;
                 let mut tx = self.writes().begin().await?;
                 if let Some(idempotency) = &run.idempotency {
                     let recorded = sqlx::query(
@@ -131,39 +130,24 @@ macro_rules! impl_run_store {
                         return Err($crate::store::StoreError::KeyTaken);
                     }
                 }
-                sqlx::query(
-                    "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
-                     created_at, updated_at, lease_owner, lease_expires_at, body) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                )
-                .bind(&run.body.id)
-                .bind(&run.tenant_id)
-                .bind(run.state.as_str())
-                .bind(&run.body.previous_response_id)
-                .bind(run.body.store)
-                .bind(run.now_ms)
-                .bind(run.now_ms)
-                .bind(&run.lease_owner)
-                .bind(run.lease_expires_at)
-                .bind(Json(&run.body))
-                .execute(&mut *tx)
-                .await?;
-                let items: Vec<(usize, &$crate::protocol::items::Item)> =
-                    run.input_items.iter().enumerate().collect();
-                for chunk in items.chunks($crate::store::sql::INSERT_CHUNK) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
-                    );
-                    insert.push_values(chunk, |mut row, (position, item)| {
-                        row.push_bind(&run.body.id)
-                            .push_bind(*position as i64)
-                            .push_bind(&run.tenant_id)
-                            .push_bind(item.id())
-                            .push_bind(Json(*item));
-                    });
-                    insert.build().execute(&mut *tx).await?;
+                Self::insert_runs(&mut tx, &[run]).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn write_batch(
+                &self,
+                runs: &[&$crate::store::NewRun],
+                events: &[$crate::store::EventRecord],
+            ) -> Result<(), $crate::store::StoreError> {
+                if runs.is_empty() && events.is_empty() {
+                    return Ok(());
                 }
-                Self::insert_events(&mut tx, &run.initial_events).await?;
+                let mut tx = self.writes().begin().await?;
+                Self::insert_runs(&mut tx, runs).await?;
+                Self::insert_events(&mut tx, events).await?;
+                // Tells other instances following these runs (delivered on commit).
+                Self::announce_events(&mut tx, events).await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -193,12 +177,10 @@ macro_rules! impl_run_store {
                 update: &$crate::store::RunUpdate<'_>,
             ) -> Result<(), $crate::store::StoreError> {
                 use sqlx::types::Json;
-                let mut tx = self.writes().begin().await?;
-                // The UPDATE comes first so SQLite takes the write lock at once.
-                let updated = sqlx::query(
+                let update_run = sqlx::query(
                     "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
                      lease_owner = $5, lease_expires_at = $6, expires_at = $7 \
-                     WHERE id = $8 AND state = $9",
+                     WHERE id = $8 AND state = $9 AND ($10 IS NULL OR lease_owner = $10)",
                 )
                 .bind(to.as_str())
                 .bind(Json(update.body))
@@ -209,23 +191,29 @@ macro_rules! impl_run_store {
                 .bind(update.expires_at)
                 .bind(id)
                 .bind(from.as_str())
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if updated != 1 {
-                    let actual: Option<String> =
-                        sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
-                            .bind(id)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    return match actual {
-                        None => Err($crate::store::StoreError::NotFound),
-                        Some(state) => Err($crate::store::StoreError::Conflict {
-                            actual: $crate::store::sql::parse_state(&state)?,
-                        }),
-                    };
+                .bind(update.expected_owner);
+                let conflict = |actual: Option<String>| match actual {
+                    None => Err($crate::store::StoreError::NotFound),
+                    Some(state) => Err($crate::store::StoreError::Conflict {
+                        actual: $crate::store::sql::parse_state(&state)?,
+                    }),
+                };
+                let state_of = "SELECT state FROM responses WHERE id = $1";
+                if update.append_input.is_empty() {
+                    // One statement is atomic: no transaction, two round trips fewer.
+                    if update_run.execute(self.writes()).await?.rows_affected() != 1 {
+                        let actual = sqlx::query_scalar(state_of).bind(id);
+                        return conflict(actual.fetch_optional(self.writes()).await?);
+                    }
+                    return Ok(());
                 }
-                if !update.append_input.is_empty() {
+                let mut tx = self.writes().begin().await?;
+                // The UPDATE comes first so SQLite takes the write lock at once.
+                if update_run.execute(&mut *tx).await?.rows_affected() != 1 {
+                    let actual = sqlx::query_scalar(state_of).bind(id);
+                    return conflict(actual.fetch_optional(&mut *tx).await?);
+                }
+                {
                     let (tenant_id, next): (String, i64) = sqlx::query_as(
                         "SELECT r.tenant_id, COALESCE((SELECT MAX(position) + 1 FROM input_items \
                          WHERE response_id = $1), 0) FROM responses r WHERE r.id = $1",
@@ -277,15 +265,7 @@ macro_rules! impl_run_store {
                 &self,
                 events: &[$crate::store::EventRecord],
             ) -> Result<(), $crate::store::StoreError> {
-                if events.is_empty() {
-                    return Ok(());
-                }
-                let mut tx = self.writes().begin().await?;
-                Self::insert_events(&mut tx, events).await?;
-                // Tells other instances following these runs (delivered on commit).
-                Self::announce_events(&mut tx, events).await?;
-                tx.commit().await?;
-                Ok(())
+                self.write_batch(&[], events).await
             }
 
             async fn appended_events(
@@ -626,6 +606,56 @@ macro_rules! impl_run_store {
         }
 
         impl $store {
+            /// Inserts runs with their input items and first events inside a transaction,
+            /// several rows per statement.
+            async fn insert_runs(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                runs: &[&$crate::store::NewRun],
+            ) -> Result<(), $crate::store::StoreError> {
+                use sqlx::types::Json;
+                // Ten columns a row: chunks stay under either database's parameter limit.
+                for chunk in runs.chunks($crate::store::sql::INSERT_CHUNK / 2) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
+                         created_at, updated_at, lease_owner, lease_expires_at, body) ",
+                    );
+                    insert.push_values(chunk, |mut row, run| {
+                        row.push_bind(&run.body.id)
+                            .push_bind(&run.tenant_id)
+                            .push_bind(run.state.as_str())
+                            .push_bind(&run.body.previous_response_id)
+                            .push_bind(run.body.store)
+                            .push_bind(run.now_ms)
+                            .push_bind(run.now_ms)
+                            .push_bind(&run.lease_owner)
+                            .push_bind(run.lease_expires_at)
+                            .push_bind(Json(&run.body));
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                let items: Vec<(&$crate::store::NewRun, usize, &$crate::protocol::items::Item)> = runs
+                    .iter()
+                    .flat_map(|run| run.input_items.iter().enumerate().map(move |(i, item)| (*run, i, item)))
+                    .collect();
+                for chunk in items.chunks($crate::store::sql::INSERT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
+                    );
+                    insert.push_values(chunk, |mut row, (run, position, item)| {
+                        row.push_bind(&run.body.id)
+                            .push_bind(*position as i64)
+                            .push_bind(&run.tenant_id)
+                            .push_bind(item.id())
+                            .push_bind(Json(*item));
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                for run in runs {
+                    Self::insert_events(tx, &run.initial_events).await?;
+                }
+                Ok(())
+            }
+
             /// Appends events inside a transaction, in chunks under the parameter limit.
             async fn insert_events(
                 tx: &mut sqlx::Transaction<'_, $db>,

@@ -40,8 +40,12 @@ impl SqliteStore {
                 StoreError::Database(format!("cannot create {}: {e}", parent.display()))
             })?;
         }
+        // Each statement is a round trip to the connection's worker thread; the pool's check
+        // before handing a connection out would add one more, and an in-process connection
+        // cannot go stale.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
         Self::MIGRATOR
@@ -50,6 +54,7 @@ impl SqliteStore {
             .map_err(|e| StoreError::Database(format!("migrations failed: {e}")))?;
         let readers = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))
+            .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await?;
         Ok(SqliteStore { writer, readers })
