@@ -532,3 +532,79 @@ async fn a_transition_the_state_table_forbids_is_refused_without_touching_the_ru
         assert_eq!(stored.updated_at, 5);
     }
 }
+
+#[tokio::test]
+async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_in_one_go() {
+    for b in backends().await {
+        let backend = b.store.backend();
+        let (first, second) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
+        let runs = [new_run(&first, 2, "a", 10), new_run(&second, 1, "a", 10)];
+        let inserted = store::WriteBatch {
+            runs: runs.iter().collect(),
+            ..Default::default()
+        };
+        assert!(b.store.write_batch(&inserted).await.unwrap().is_empty());
+        let mut done = body(&first);
+        done.status = ResponseStatus::Completed;
+        let ending = |id: &str, owner: &str| store::RunEnding {
+            id: id.into(),
+            to: RunState::Completed,
+            body: done.clone(),
+            transcript: vec![message("answer")],
+            expires_at: None,
+            owner: owner.into(),
+            now_ms: 2_000,
+        };
+        // The second run is held by another instance: its ending is refused, the rest stands.
+        let endings = [ending(&first, "a"), ending(&second, "b")];
+        let events = [event(&first, 0), event(&first, 1), event(&second, 0)];
+        let batch = store::WriteBatch {
+            runs: Vec::new(),
+            events: &events,
+            endings: endings.iter().collect(),
+        };
+        let results = b.store.write_batch(&batch).await.unwrap();
+        assert!(results[0].is_ok(), "{backend}: {:?}", results[0]);
+        assert!(
+            matches!(
+                results[1],
+                Err(StoreError::Conflict {
+                    actual: RunState::InProgress
+                })
+            ),
+            "{backend}: {:?}",
+            results[1]
+        );
+        let stored = b
+            .store
+            .get_run(store::DEFAULT_TENANT, &first)
+            .await
+            .unwrap();
+        assert_eq!(stored.state, RunState::Completed, "{backend}");
+        assert_eq!(stored.lease_owner, None);
+        assert_eq!(stored.transcript, endings[0].transcript);
+        let other = b
+            .store
+            .get_run(store::DEFAULT_TENANT, &second)
+            .await
+            .unwrap();
+        assert_eq!(other.state, RunState::InProgress, "{backend}");
+        assert_eq!(other.lease_owner.as_deref(), Some("a"));
+        assert_eq!(
+            b.store.events_after(&first, None, 10).await.unwrap().len(),
+            2
+        );
+        assert_eq!(
+            b.store.events_after(&second, None, 10).await.unwrap().len(),
+            1
+        );
+        assert_eq!(
+            b.store
+                .input_items(store::DEFAULT_TENANT, &first)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::hub::EventHub;
 use crate::protocol::events::Event;
-use crate::store::{EventRecord, StoreError};
+use crate::store::{EventRecord, RunEnding, StoreError};
 
 pub struct EventEmitter {
     hub: EventHub,
@@ -63,6 +63,11 @@ impl EventEmitter {
     /// The sequence number the next event gets.
     pub fn next_sequence(&self) -> u64 {
         self.next_sequence
+    }
+
+    /// Stores the run's ending after everything emitted so far, in the writer's next batch.
+    pub async fn end_run(&self, ending: RunEnding) -> Result<(), StoreError> {
+        self.hub.end_run(ending).await
     }
 
     /// Waits until everything emitted so far is stored.

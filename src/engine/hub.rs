@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use crate::protocol::events::is_terminal;
-use crate::store::{EventRecord, NewRun, RunState, RunStore, StoreError};
+use crate::store::{EventRecord, NewRun, RunEnding, RunState, RunStore, StoreError, WriteBatch};
 
 /// Events buffered per live channel before a slow subscriber falls back to the store. The
 /// buffer is allocated when the run starts, so it is part of every open run's memory.
@@ -31,6 +31,8 @@ const RETRY_DELAYS_MS: [u64; 3] = [10, 100, 500];
 enum Command {
     /// A new run, inserted in the next batch's transaction; answered once it is committed.
     Insert(Box<NewRun>, oneshot::Sender<Result<(), StoreError>>),
+    /// A run's ending, applied in the next batch's transaction after its events.
+    End(Box<RunEnding>, oneshot::Sender<Result<(), StoreError>>),
     Event(Arc<EventRecord>),
     /// Answered once everything queued before it for this run is written (or failed).
     Flush(Arc<str>, oneshot::Sender<Result<(), StoreError>>),
@@ -199,6 +201,18 @@ impl EventHub {
         let (tx, rx) = oneshot::channel();
         self.queue
             .send(Command::Insert(Box::new(run), tx))
+            .await
+            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?
+    }
+
+    /// Applies a run's ending (its compare-and-set) in the writer's next transaction, after
+    /// every event sent before it.
+    pub async fn end_run(&self, ending: RunEnding) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.queue
+            .send(Command::End(Box::new(ending), tx))
             .await
             .map_err(|_| StoreError::Database("the event writer has stopped".into()))?;
         rx.await
@@ -423,18 +437,36 @@ async fn write_loop(
                 _ => None,
             })
             .collect();
-        let runs: Vec<&NewRun> = batch
-            .iter()
-            .filter_map(|c| match c {
-                Command::Insert(run, _) => Some(&**run),
-                _ => None,
-            })
-            .collect();
-        let (lost, not_inserted) = write_batch(&*store, &runs, &events).await;
+        let write = WriteBatch {
+            runs: batch
+                .iter()
+                .filter_map(|c| match c {
+                    Command::Insert(run, _) => Some(&**run),
+                    _ => None,
+                })
+                .collect(),
+            events: &events,
+            endings: batch
+                .iter()
+                .filter_map(|c| match c {
+                    Command::End(ending, _) => Some(&**ending),
+                    _ => None,
+                })
+                .collect(),
+        };
+        let written = write_batch(&*store, &write).await;
+        drop(write);
+        let (lost, not_inserted, mut ended) = written;
         failed.extend(lost.iter().cloned());
         wake_followers(&wakers, &events);
         for command in batch.drain(..) {
             match command {
+                Command::End(_, reply) => {
+                    let result = ended.next().unwrap_or_else(|| {
+                        Err(StoreError::Database("the ending was not written".into()))
+                    });
+                    let _ = reply.send(result);
+                }
                 Command::Insert(run, reply) => {
                     let result = match not_inserted.get(run.body.id.as_str()) {
                         Some(e) => Err(StoreError::Database(e.clone())),
@@ -500,22 +532,33 @@ fn wake_followers(wakers: &Wakers, events: &[EventRecord]) {
 /// events were lost, and the new runs that could not be inserted (with the error).
 async fn write_batch(
     store: &dyn RunStore,
-    runs: &[&NewRun],
-    events: &[EventRecord],
-) -> (HashSet<Arc<str>>, HashMap<String, String>) {
-    if (runs.is_empty() && events.is_empty())
-        || write_with_retries(store, runs, events).await.is_ok()
-    {
-        return (HashSet::new(), HashMap::new());
+    batch: &WriteBatch<'_>,
+) -> (
+    HashSet<Arc<str>>,
+    HashMap<String, String>,
+    std::vec::IntoIter<Result<(), StoreError>>,
+) {
+    if let Ok(ended) = write_with_retries(store, batch).await {
+        return (HashSet::new(), HashMap::new(), ended.into_iter());
     }
     let mut not_inserted = HashMap::new();
-    for run in runs {
+    for run in &batch.runs {
         if let Err(e) = store.insert_run(run).await {
             tracing::error!(response_id = %run.body.id, error = %e, "a run could not be stored");
             not_inserted.insert(run.body.id.clone(), e.to_string());
         }
     }
-    (write_events_apart(store, events).await, not_inserted)
+    let lost = write_events_apart(store, batch.events).await;
+    let mut ended = Vec::with_capacity(batch.endings.len());
+    for ending in &batch.endings {
+        let update = ending.update();
+        ended.push(
+            store
+                .transition(&ending.id, RunState::InProgress, ending.to, &update)
+                .await,
+        );
+    }
+    (lost, not_inserted, ended.into_iter())
 }
 
 /// Writes each run's events in a transaction of its own; returns the runs whose events were
@@ -540,15 +583,14 @@ async fn write_events_apart(store: &dyn RunStore, events: &[EventRecord]) -> Has
 
 async fn write_with_retries(
     store: &dyn RunStore,
-    runs: &[&NewRun],
-    events: &[EventRecord],
-) -> Result<(), StoreError> {
-    let mut result = store.write_batch(runs, events).await;
+    batch: &WriteBatch<'_>,
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    let mut result = store.write_batch(batch).await;
     for delay in RETRY_DELAYS_MS {
         let Err(e) = &result else { break };
-        tracing::warn!(error = %e, runs = runs.len(), events = events.len(), "writing a batch failed; retrying");
+        tracing::warn!(error = %e, runs = batch.runs.len(), events = batch.events.len(), "writing a batch failed; retrying");
         tokio::time::sleep(Duration::from_millis(delay)).await;
-        result = store.write_batch(runs, events).await;
+        result = store.write_batch(batch).await;
     }
     result
 }

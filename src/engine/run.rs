@@ -29,7 +29,7 @@ use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{
     IncompleteDetails, ResponseError, ResponseObject, ResponseStatus, Usage,
 };
-use crate::store::{RunState, RunStore, RunUpdate, StoreError};
+use crate::store::{RunEnding, RunState, RunStore, StoreError};
 use crate::tools::{ToolContext, ToolErrorKind, ToolResult};
 
 /// The model parameters a run uses on every turn (tools are added from its tool set).
@@ -1204,22 +1204,23 @@ impl RunTask {
                 (RunState::Failed, upstream)
             }
         };
-        let update = RunUpdate {
-            body: &self.body,
-            transcript: &self.transcript,
-            lease_owner: None,
-            lease_expires_at: None,
+        // A run taken over elsewhere (this instance lost its lease) is not ended here.
+        let ending = RunEnding {
+            id: id.clone(),
+            to: state,
+            body: self.body.clone(),
+            transcript: self.transcript.clone(),
             expires_at,
-            append_input: &[],
-            // A run taken over elsewhere (this instance lost its lease) is not ended here.
-            expected_owner: Some(&self.owner),
+            owner: self.owner.clone(),
             now_ms: now_ms(),
         };
-        // Persisted before anyone sees the ending: a paused run is resumable once the
-        // client reads `response.completed`.
-        match super::state::transition(&*self.store, &id, RunState::InProgress, state, &update)
-            .await
-        {
+        // Persisted before anyone sees the ending (a paused run is resumable once the client
+        // reads `response.completed`), in the event writer's group commit.
+        let stored = match super::state::check(RunState::InProgress, state) {
+            Ok(()) => self.emitter.end_run(ending).await,
+            Err(e) => Err(e),
+        };
+        match stored {
             Ok(()) => {}
             Err(StoreError::Conflict {
                 actual: RunState::InProgress,

@@ -34,11 +34,19 @@ pub async fn transition(
     to: RunState,
     update: &RunUpdate<'_>,
 ) -> Result<(), StoreError> {
-    if !transition_allowed(from, to) {
+    check(from, to).inspect_err(|_| {
         tracing::error!(response_id = %id, from = from.as_str(), to = to.as_str(), "transition refused by the state table");
-        return Err(StoreError::Conflict { actual: from });
-    }
+    })?;
     store.transition(id, from, to, update).await
+}
+
+/// The table's verdict on a transition, as the store would report a lost compare-and-set.
+pub fn check(from: RunState, to: RunState) -> Result<(), StoreError> {
+    if transition_allowed(from, to) {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict { actual: from })
+    }
 }
 
 #[cfg(test)]

@@ -150,6 +150,43 @@ pub struct RunUpdate<'a> {
     pub now_ms: i64,
 }
 
+/// What the event writer commits together.
+#[derive(Default)]
+pub struct WriteBatch<'a> {
+    pub runs: Vec<&'a NewRun>,
+    pub events: &'a [EventRecord],
+    pub endings: Vec<&'a RunEnding>,
+}
+
+/// A run's own ending: from `in_progress` to `to`, only while `owner` holds its lease.
+#[derive(Clone, Debug)]
+pub struct RunEnding {
+    pub id: String,
+    pub to: RunState,
+    pub body: ResponseObject,
+    pub transcript: Vec<Item>,
+    /// Until when a `requires_action` run waits.
+    pub expires_at: Option<i64>,
+    pub owner: String,
+    pub now_ms: i64,
+}
+
+impl RunEnding {
+    /// The same change as an update for [`RunStore::transition`].
+    pub fn update(&self) -> RunUpdate<'_> {
+        RunUpdate {
+            body: &self.body,
+            transcript: &self.transcript,
+            lease_owner: None,
+            lease_expires_at: None,
+            expires_at: self.expires_at,
+            append_input: &[],
+            expected_owner: Some(&self.owner),
+            now_ms: self.now_ms,
+        }
+    }
+}
+
 /// A stored run.
 #[derive(Clone, Debug)]
 pub struct StoredRun {
@@ -215,10 +252,13 @@ pub trait RunStore: Send + Sync + 'static {
     /// Appends events (any runs) in one transaction.
     async fn append_events(&self, events: &[EventRecord]) -> Result<(), StoreError>;
 
-    /// Inserts runs (without idempotency keys) and appends events, all in one transaction:
-    /// the event writer's group commit.
-    async fn write_batch(&self, runs: &[&NewRun], events: &[EventRecord])
-    -> Result<(), StoreError>;
+    /// The event writer's group commit, in one transaction: inserts runs (without idempotency
+    /// keys), appends events, then applies runs' endings. An ending whose compare-and-set
+    /// fails does not fail the batch: its own result says why.
+    async fn write_batch(
+        &self,
+        batch: &WriteBatch<'_>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
 
     /// A run's state, or `None` when there is no such run.
     async fn state_of(&self, id: &str) -> Result<Option<RunState>, StoreError>;

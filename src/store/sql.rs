@@ -137,19 +137,52 @@ macro_rules! impl_run_store {
 
             async fn write_batch(
                 &self,
-                runs: &[&$crate::store::NewRun],
-                events: &[$crate::store::EventRecord],
-            ) -> Result<(), $crate::store::StoreError> {
-                if runs.is_empty() && events.is_empty() {
-                    return Ok(());
+                batch: &$crate::store::WriteBatch<'_>,
+            ) -> Result<Vec<Result<(), $crate::store::StoreError>>, $crate::store::StoreError> {
+                use sqlx::types::Json;
+                if batch.runs.is_empty() && batch.events.is_empty() && batch.endings.is_empty() {
+                    return Ok(Vec::new());
                 }
                 let mut tx = self.writes().begin().await?;
-                Self::insert_runs(&mut tx, runs).await?;
-                Self::insert_events(&mut tx, events).await?;
+                Self::insert_runs(&mut tx, &batch.runs).await?;
+                Self::insert_events(&mut tx, batch.events).await?;
                 // Tells other instances following these runs (delivered on commit).
-                Self::announce_events(&mut tx, events).await?;
+                Self::announce_events(&mut tx, batch.events).await?;
+                let mut results = Vec::with_capacity(batch.endings.len());
+                for ending in &batch.endings {
+                    let updated = sqlx::query(
+                        "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
+                         lease_owner = NULL, lease_expires_at = NULL, expires_at = $5 \
+                         WHERE id = $6 AND state = 'in_progress' AND lease_owner = $7",
+                    )
+                    .bind(ending.to.as_str())
+                    .bind(Json(&ending.body))
+                    .bind(Json(&ending.transcript))
+                    .bind(ending.now_ms)
+                    .bind(ending.expires_at)
+                    .bind(&ending.id)
+                    .bind(&ending.owner)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if updated == 1 {
+                        results.push(Ok(()));
+                        continue;
+                    }
+                    let actual: Option<String> =
+                        sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
+                            .bind(&ending.id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    results.push(match actual {
+                        None => Err($crate::store::StoreError::NotFound),
+                        Some(state) => Err($crate::store::StoreError::Conflict {
+                            actual: $crate::store::sql::parse_state(&state)?,
+                        }),
+                    });
+                }
                 tx.commit().await?;
-                Ok(())
+                Ok(results)
             }
 
             async fn get_run(
@@ -265,7 +298,11 @@ macro_rules! impl_run_store {
                 &self,
                 events: &[$crate::store::EventRecord],
             ) -> Result<(), $crate::store::StoreError> {
-                self.write_batch(&[], events).await
+                let batch = $crate::store::WriteBatch {
+                    events,
+                    ..Default::default()
+                };
+                self.write_batch(&batch).await.map(|_| ())
             }
 
             async fn appended_events(
