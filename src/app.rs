@@ -179,6 +179,17 @@ async fn serve_http(
         };
         let tcp = match accepted {
             Ok((tcp, _)) => tcp,
+            // The client gave up before it was accepted: nothing to wait for.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
             Err(e) => {
                 // Out of file descriptors, say: the connections that are open still need
                 // serving, so wait a moment instead of stopping or spinning.

@@ -198,36 +198,31 @@ impl EventHub {
     /// one transaction for many runs). For runs without an idempotency key: a key conflict
     /// would fail the whole batch, so those go to the store directly.
     pub async fn insert_run(&self, run: NewRun) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.queue
-            .send(Command::Insert(Box::new(run), tx))
+        self.ask(|reply| Command::Insert(Box::new(run), reply))
             .await
-            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?
     }
 
     /// Applies a run's ending (its compare-and-set) in the writer's next transaction, after
     /// every event sent before it.
     pub async fn end_run(&self, ending: RunEnding) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.queue
-            .send(Command::End(Box::new(ending), tx))
+        self.ask(|reply| Command::End(Box::new(ending), reply))
             .await
-            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?
     }
 
     /// Waits until the run's events sent so far are durable.
     pub async fn flush(&self, response_id: Arc<str>) -> Result<(), StoreError> {
+        self.ask(|reply| Command::Flush(response_id, reply)).await
+    }
+
+    /// Queues a command and waits for the writer's answer.
+    async fn ask(
+        &self,
+        command: impl FnOnce(oneshot::Sender<Result<(), StoreError>>) -> Command,
+    ) -> Result<(), StoreError> {
+        let stopped = || StoreError::Database("the event writer has stopped".into());
         let (tx, rx) = oneshot::channel();
-        self.queue
-            .send(Command::Flush(response_id, tx))
-            .await
-            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Database("the event writer has stopped".into()))?
+        self.queue.send(command(tx)).await.map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
     }
 
     /// The run's events after `after` (from the start with `None`): the stored ones, then
@@ -446,14 +441,26 @@ async fn write_loop(
                 })
                 .collect(),
             events: &events,
+            // A run whose events could not be written gets no ending: its log has a hole.
             endings: batch
                 .iter()
                 .filter_map(|c| match c {
-                    Command::End(ending, _) => Some(&**ending),
+                    Command::End(ending, _) if !failed.contains(ending.id.as_str()) => {
+                        Some(&**ending)
+                    }
                     _ => None,
                 })
                 .collect(),
         };
+        let skipped: HashSet<Arc<str>> = batch
+            .iter()
+            .filter_map(|c| match c {
+                Command::End(ending, _) if failed.contains(ending.id.as_str()) => {
+                    Some(Arc::from(ending.id.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
         let written = write_batch(&*store, &write).await;
         drop(write);
         let (lost, not_inserted, mut ended) = written;
@@ -461,10 +468,17 @@ async fn write_loop(
         wake_followers(&wakers, &events);
         for command in batch.drain(..) {
             match command {
-                Command::End(_, reply) => {
-                    let result = ended.next().unwrap_or_else(|| {
-                        Err(StoreError::Database("the ending was not written".into()))
-                    });
+                Command::End(ending, reply) => {
+                    let result = if skipped.contains(ending.id.as_str()) {
+                        Err(StoreError::Database(format!(
+                            "events of {} could not be written",
+                            ending.id
+                        )))
+                    } else {
+                        ended.next().unwrap_or_else(|| {
+                            Err(StoreError::Database("the ending was not written".into()))
+                        })
+                    };
                     let _ = reply.send(result);
                 }
                 Command::Insert(run, reply) => {
@@ -494,13 +508,12 @@ async fn write_loop(
                     let _ = reply.send(result);
                 }
                 Command::Close(id, generation) => {
-                    failed.remove(&id);
+                    // A later execution of the run (resumed here) owns the channel and the
+                    // record of its failed events.
                     let mut channels = lock(&channels);
-                    if channels
-                        .get(&id)
-                        .is_some_and(|l| l.generation == generation)
-                    {
+                    if channels.get(&id).is_none_or(|l| l.generation == generation) {
                         channels.remove(&id);
+                        failed.remove(&id);
                     }
                 }
             }
@@ -551,6 +564,14 @@ async fn write_batch(
     let lost = write_events_apart(store, batch.events).await;
     let mut ended = Vec::with_capacity(batch.endings.len());
     for ending in &batch.endings {
+        if lost.contains(ending.id.as_str()) {
+            // Its events just failed: no ending after a hole in the log.
+            ended.push(Err(StoreError::Database(format!(
+                "events of {} could not be written",
+                ending.id
+            ))));
+            continue;
+        }
         let update = ending.update();
         ended.push(
             store

@@ -1204,6 +1204,10 @@ impl RunTask {
                 (RunState::Failed, upstream)
             }
         };
+        if let Err(e) = super::state::check(RunState::InProgress, state) {
+            tracing::error!(response_id = %id, to = state.as_str(), error = %e, "ending refused by the state table");
+            return upstream;
+        }
         // A run taken over elsewhere (this instance lost its lease) is not ended here.
         let ending = RunEnding {
             id: id.clone(),
@@ -1216,11 +1220,7 @@ impl RunTask {
         };
         // Persisted before anyone sees the ending (a paused run is resumable once the client
         // reads `response.completed`), in the event writer's group commit.
-        let stored = match super::state::check(RunState::InProgress, state) {
-            Ok(()) => self.emitter.end_run(ending).await,
-            Err(e) => Err(e),
-        };
-        match stored {
+        match self.emitter.end_run(ending).await {
             Ok(()) => {}
             Err(StoreError::Conflict {
                 actual: RunState::InProgress,

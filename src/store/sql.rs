@@ -489,10 +489,15 @@ macro_rules! impl_run_store {
                 owner: &str,
                 until_ms: i64,
             ) -> Result<u64, $crate::store::StoreError> {
-                Ok(sqlx::query(
-                    "UPDATE responses SET lease_expires_at = $1 \
+                // Rows another transaction is changing (a run's ending in the event writer's
+                // batch) are skipped rather than waited for: waiting on several rows each could
+                // deadlock, and an ending run needs no lease.
+                Ok(sqlx::query(concat!(
+                    "UPDATE responses SET lease_expires_at = $1 WHERE id IN (SELECT id FROM responses \
                      WHERE lease_owner = $2 AND state IN ('queued', 'in_progress')",
-                )
+                    $skip_locked,
+                    ")"
+                ))
                 .bind(until_ms)
                 .bind(owner)
                 .execute(self.writes())
