@@ -608,3 +608,30 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_in_one_go
         );
     }
 }
+
+#[tokio::test]
+async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded() {
+    for b in backends().await {
+        let (hub, writer) = switchyard::engine::hub::EventHub::start(b.store.clone(), 64);
+        let id = ids::new(ids::RESPONSE);
+        // The request is dropped as soon as its insert is queued (the writer has not run yet).
+        let insert = hub.insert_run(new_run(&id, 1, "a", 10));
+        let dropped = tokio::time::timeout(std::time::Duration::ZERO, insert).await;
+        assert!(
+            dropped.is_err(),
+            "the insert was answered before the request went away"
+        );
+        // Two round trips through the writer: the batch with the insert is handled by then.
+        hub.flush(Arc::from("another")).await.unwrap();
+        hub.flush(Arc::from("another")).await.unwrap();
+        assert!(
+            matches!(
+                b.store.get_run(store::DEFAULT_TENANT, &id).await,
+                Err(StoreError::NotFound)
+            ),
+            "{}",
+            b.store.backend()
+        );
+        writer.finish(hub).await;
+    }
+}

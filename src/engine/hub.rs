@@ -464,6 +464,7 @@ async fn write_loop(
         let written = write_batch(&*store, &write).await;
         drop(write);
         let (lost, not_inserted, mut ended) = written;
+        let mut orphans = Vec::new();
         failed.extend(lost.iter().cloned());
         wake_followers(&wakers, &events);
         for command in batch.drain(..) {
@@ -486,7 +487,12 @@ async fn write_loop(
                         Some(e) => Err(StoreError::Database(e.clone())),
                         None => Ok(()),
                     };
-                    let _ = reply.send(result);
+                    let inserted = result.is_ok();
+                    if reply.send(result).is_err() && inserted {
+                        // The request went away before it learned of its run: nobody knows
+                        // the run's id and nothing will execute it.
+                        orphans.push(*run);
+                    }
                 }
                 Command::Event(event) => {
                     if lost.contains(&event.response_id) {
@@ -516,6 +522,26 @@ async fn write_loop(
                         failed.remove(&id);
                     }
                 }
+            }
+        }
+        if !orphans.is_empty() {
+            discard_orphans(&*store, &channels, orphans).await;
+        }
+    }
+}
+
+/// Deletes runs whose creating request went away while their insert was queued, with the
+/// live channel that request opened.
+async fn discard_orphans(store: &dyn RunStore, channels: &Channels, orphans: Vec<NewRun>) {
+    for run in orphans {
+        let id = run.body.id.as_str();
+        lock(channels).remove(id);
+        match store.delete_run(&run.tenant_id, id).await {
+            Ok(()) => {
+                tracing::info!(response_id = %id, "discarded a run whose request went away before it started")
+            }
+            Err(e) => {
+                tracing::warn!(response_id = %id, error = %e, "cannot discard a run whose request went away")
             }
         }
     }
