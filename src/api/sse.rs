@@ -18,13 +18,7 @@ const DONE: &[u8] = b"data: [DONE]\n\n";
 /// Most bytes of ready events sent as one chunk.
 const COALESCE_BYTES: usize = 64 * 1024;
 
-/// One event as an SSE frame.
-pub fn frame(event: &EventRecord) -> Bytes {
-    let mut out = String::new();
-    push_frame(&mut out, event);
-    Bytes::from(out)
-}
-
+/// Appends one event as an SSE frame.
 fn push_frame(out: &mut String, event: &EventRecord) {
     out.reserve(event.data.len() + event.event_type.len() + 32);
     out.push_str("event: ");

@@ -432,6 +432,14 @@ async fn write_loop(
                 _ => None,
             })
             .collect();
+        // A run whose events could not be written gets no ending: its log has a hole.
+        let skipped: HashSet<Arc<str>> = batch
+            .iter()
+            .filter_map(|c| match c {
+                Command::End(ending, _) => failed.get(ending.id.as_str()).cloned(),
+                _ => None,
+            })
+            .collect();
         let write = WriteBatch {
             runs: batch
                 .iter()
@@ -441,26 +449,16 @@ async fn write_loop(
                 })
                 .collect(),
             events: &events,
-            // A run whose events could not be written gets no ending: its log has a hole.
             endings: batch
                 .iter()
                 .filter_map(|c| match c {
-                    Command::End(ending, _) if !failed.contains(ending.id.as_str()) => {
+                    Command::End(ending, _) if !skipped.contains(ending.id.as_str()) => {
                         Some(&**ending)
                     }
                     _ => None,
                 })
                 .collect(),
         };
-        let skipped: HashSet<Arc<str>> = batch
-            .iter()
-            .filter_map(|c| match c {
-                Command::End(ending, _) if failed.contains(ending.id.as_str()) => {
-                    Some(Arc::from(ending.id.as_str()))
-                }
-                _ => None,
-            })
-            .collect();
         let written = write_batch(&*store, &write).await;
         drop(write);
         let (lost, not_inserted, mut ended) = written;

@@ -1213,7 +1213,8 @@ impl RunTask {
             id: id.clone(),
             to: state,
             body: self.body.clone(),
-            transcript: self.transcript.clone(),
+            // The run's last use of its transcript.
+            transcript: std::mem::take(&mut self.transcript),
             expires_at,
             owner: self.owner.clone(),
             now_ms: now_ms(),

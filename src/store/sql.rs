@@ -139,7 +139,6 @@ macro_rules! impl_run_store {
                 &self,
                 batch: &$crate::store::WriteBatch<'_>,
             ) -> Result<Vec<Result<(), $crate::store::StoreError>>, $crate::store::StoreError> {
-                use sqlx::types::Json;
                 if batch.runs.is_empty() && batch.events.is_empty() && batch.endings.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -150,36 +149,10 @@ macro_rules! impl_run_store {
                 Self::announce_events(&mut tx, batch.events).await?;
                 let mut results = Vec::with_capacity(batch.endings.len());
                 for ending in &batch.endings {
-                    let updated = sqlx::query(
-                        "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
-                         lease_owner = NULL, lease_expires_at = NULL, expires_at = $5 \
-                         WHERE id = $6 AND state = 'in_progress' AND lease_owner = $7",
-                    )
-                    .bind(ending.to.as_str())
-                    .bind(Json(&ending.body))
-                    .bind(Json(&ending.transcript))
-                    .bind(ending.now_ms)
-                    .bind(ending.expires_at)
-                    .bind(&ending.id)
-                    .bind(&ending.owner)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                    if updated == 1 {
-                        results.push(Ok(()));
-                        continue;
-                    }
-                    let actual: Option<String> =
-                        sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
-                            .bind(&ending.id)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    results.push(match actual {
-                        None => Err($crate::store::StoreError::NotFound),
-                        Some(state) => Err($crate::store::StoreError::Conflict {
-                            actual: $crate::store::sql::parse_state(&state)?,
-                        }),
-                    });
+                    let from = $crate::store::RunState::InProgress;
+                    let update = ending.update();
+                    let result = Self::compare_and_set(&mut tx, &ending.id, from, ending.to, &update);
+                    results.push(result.await?);
                 }
                 tx.commit().await?;
                 Ok(results)
@@ -210,69 +183,39 @@ macro_rules! impl_run_store {
                 update: &$crate::store::RunUpdate<'_>,
             ) -> Result<(), $crate::store::StoreError> {
                 use sqlx::types::Json;
-                let update_run = sqlx::query(
-                    "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
-                     lease_owner = $5, lease_expires_at = $6, expires_at = $7 \
-                     WHERE id = $8 AND state = $9 AND ($10 IS NULL OR lease_owner = $10)",
-                )
-                .bind(to.as_str())
-                .bind(Json(update.body))
-                .bind(Json(update.transcript))
-                .bind(update.now_ms)
-                .bind(update.lease_owner)
-                .bind(update.lease_expires_at)
-                .bind(update.expires_at)
-                .bind(id)
-                .bind(from.as_str())
-                .bind(update.expected_owner);
-                let conflict = |actual: Option<String>| match actual {
-                    None => Err($crate::store::StoreError::NotFound),
-                    Some(state) => Err($crate::store::StoreError::Conflict {
-                        actual: $crate::store::sql::parse_state(&state)?,
-                    }),
-                };
-                let state_of = "SELECT state FROM responses WHERE id = $1";
                 if update.append_input.is_empty() {
                     // One statement is atomic: no transaction, two round trips fewer.
-                    if update_run.execute(self.writes()).await?.rows_affected() != 1 {
-                        let actual = sqlx::query_scalar(state_of).bind(id);
-                        return conflict(actual.fetch_optional(self.writes()).await?);
-                    }
-                    return Ok(());
+                    let mut conn = self.writes().acquire().await?;
+                    return Self::compare_and_set(&mut conn, id, from, to, update).await?;
                 }
                 let mut tx = self.writes().begin().await?;
                 // The UPDATE comes first so SQLite takes the write lock at once.
-                if update_run.execute(&mut *tx).await?.rows_affected() != 1 {
-                    let actual = sqlx::query_scalar(state_of).bind(id);
-                    return conflict(actual.fetch_optional(&mut *tx).await?);
-                }
-                {
-                    let (tenant_id, next): (String, i64) = sqlx::query_as(
-                        "SELECT r.tenant_id, COALESCE((SELECT MAX(position) + 1 FROM input_items \
-                         WHERE response_id = $1), 0) FROM responses r WHERE r.id = $1",
-                    )
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    let items: Vec<(i64, &$crate::protocol::items::Item)> = update
-                        .append_input
-                        .iter()
-                        .enumerate()
-                        .map(|(i, item)| (next + i as i64, item))
-                        .collect();
-                    for chunk in items.chunks($crate::store::sql::INSERT_CHUNK) {
-                        let mut insert = sqlx::QueryBuilder::<$db>::new(
-                            "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
-                        );
-                        insert.push_values(chunk, |mut row, (position, item)| {
-                            row.push_bind(id)
-                                .push_bind(*position)
-                                .push_bind(&tenant_id)
-                                .push_bind(item.id())
-                                .push_bind(Json(*item));
-                        });
-                        insert.build().execute(&mut *tx).await?;
-                    }
+                Self::compare_and_set(&mut tx, id, from, to, update).await??;
+                let (tenant_id, next): (String, i64) = sqlx::query_as(
+                    "SELECT r.tenant_id, COALESCE((SELECT MAX(position) + 1 FROM input_items \
+                     WHERE response_id = $1), 0) FROM responses r WHERE r.id = $1",
+                )
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+                let items: Vec<(i64, &$crate::protocol::items::Item)> = update
+                    .append_input
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| (next + i as i64, item))
+                    .collect();
+                for chunk in items.chunks($crate::store::sql::INSERT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
+                    );
+                    insert.push_values(chunk, |mut row, (position, item)| {
+                        row.push_bind(id)
+                            .push_bind(*position)
+                            .push_bind(&tenant_id)
+                            .push_bind(item.id())
+                            .push_bind(Json(*item));
+                    });
+                    insert.build().execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
                 Ok(())
@@ -648,6 +591,51 @@ macro_rules! impl_run_store {
         }
 
         impl $store {
+            /// A run's compare-and-set from `from` to `to` (and, with `expected_owner`, only
+            /// under that lease). The outer error is the database's; the inner one says why
+            /// the change did not apply: `NotFound`, or `Conflict` with the run's state.
+            async fn compare_and_set(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                id: &str,
+                from: $crate::store::RunState,
+                to: $crate::store::RunState,
+                update: &$crate::store::RunUpdate<'_>,
+            ) -> Result<Result<(), $crate::store::StoreError>, $crate::store::StoreError> {
+                use sqlx::types::Json;
+                let updated = sqlx::query(
+                    "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
+                     lease_owner = $5, lease_expires_at = $6, expires_at = $7 \
+                     WHERE id = $8 AND state = $9 AND ($10 IS NULL OR lease_owner = $10)",
+                )
+                .bind(to.as_str())
+                .bind(Json(update.body))
+                .bind(Json(update.transcript))
+                .bind(update.now_ms)
+                .bind(update.lease_owner)
+                .bind(update.lease_expires_at)
+                .bind(update.expires_at)
+                .bind(id)
+                .bind(from.as_str())
+                .bind(update.expected_owner)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+                if updated == 1 {
+                    return Ok(Ok(()));
+                }
+                let actual: Option<String> =
+                    sqlx::query_scalar("SELECT state FROM responses WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                Ok(Err(match actual {
+                    None => $crate::store::StoreError::NotFound,
+                    Some(state) => $crate::store::StoreError::Conflict {
+                        actual: $crate::store::sql::parse_state(&state)?,
+                    },
+                }))
+            }
+
             /// Inserts runs with their input items and first events inside a transaction,
             /// several rows per statement.
             async fn insert_runs(
