@@ -880,14 +880,19 @@ impl Engine {
         }
     }
 
-    /// Starts lease renewal, the sweeps for abandoned and expired runs, and the listener for
-    /// events appended by other instances.
+    /// Starts lease renewal, the sweeps for abandoned and expired runs, the listener for
+    /// events appended by other instances, and the store's upkeep.
     pub fn start_maintenance(&self) {
         let hub = self.inner.hub.clone();
         let stop = self.inner.stop_maintenance.clone();
         self.inner
             .maintenance
             .spawn(async move { hub.listen(stop).await });
+        let store = self.inner.store.clone();
+        let stop = self.inner.stop_maintenance.clone();
+        self.inner
+            .maintenance
+            .spawn(async move { store.upkeep(stop).await });
         let engine = self.clone();
         let stop = self.inner.stop_runs.clone();
         self.inner.maintenance.spawn(async move {

@@ -263,6 +263,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// A run's state, or `None` when there is no such run.
     async fn state_of(&self, id: &str) -> Result<Option<RunState>, StoreError>;
 
+    /// Storage housekeeping beside the writes, until `stop` is cancelled (SQLite: copies its
+    /// log into the database off the writer's path). Returns at once when there is none.
+    async fn upkeep(&self, stop: tokio_util::sync::CancellationToken);
+
     /// Ids of runs whose events were just appended, by any instance sharing this database
     /// (PostgreSQL `LISTEN`); `None` when the backend has no such channel (SQLite: one
     /// process, whose own hub already knows).

@@ -58,6 +58,13 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// PostgreSQL looks after itself.
+    async fn upkeep(&self, _: tokio_util::sync::CancellationToken) {}
+
+    async fn before_write(&self, _: &mut sqlx::PgConnection) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn notifications(&self) -> Result<Option<super::NotificationStream>, StoreError> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(EVENTS_CHANNEL).await?;

@@ -142,7 +142,9 @@ macro_rules! impl_run_store {
                 if batch.runs.is_empty() && batch.events.is_empty() && batch.endings.is_empty() {
                     return Ok(Vec::new());
                 }
-                let mut tx = self.writes().begin().await?;
+                let mut conn = self.writes().acquire().await?;
+                self.before_write(&mut conn).await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 Self::insert_runs(&mut tx, &batch.runs).await?;
                 Self::insert_events(&mut tx, batch.events).await?;
                 // Tells other instances following these runs (delivered on commit).
@@ -246,6 +248,10 @@ macro_rules! impl_run_store {
                     ..Default::default()
                 };
                 self.write_batch(&batch).await.map(|_| ())
+            }
+
+            async fn upkeep(&self, stop: tokio_util::sync::CancellationToken) {
+                Self::upkeep(self, stop).await
             }
 
             async fn appended_events(
