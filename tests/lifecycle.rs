@@ -225,3 +225,88 @@ async fn stopped_runs_are_pruned_after_the_retention_window() {
     let (status, _) = app.get(&format!("/v1/responses/{id}/input_items")).await;
     assert_eq!(status, 404);
 }
+
+/// Runs `statements` on the test's database, beside the service.
+async fn run_sql(url: &str, statements: &[&str]) {
+    if url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(url).await.unwrap();
+        for statement in statements {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    } else {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        for statement in statements {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+}
+
+/// Rows `query` counts, with `$1` bound to `value`.
+async fn count_rows(url: &str, query: &str, value: &str) -> i64 {
+    if url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(url).await.unwrap();
+        let query = sqlx::query_scalar(query).bind(value);
+        query.fetch_one(&pool).await.unwrap()
+    } else {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        let query = sqlx::query_scalar(query).bind(value);
+        query.fetch_one(&pool).await.unwrap()
+    }
+}
+
+/// Makes the database refuse new runs, as a broken disk or constraint would.
+async fn refuse_new_runs(url: &str, refuse: bool) {
+    let statements: &[&str] = match (url.starts_with("sqlite"), refuse) {
+        (true, true) => &["CREATE TRIGGER refuse_runs BEFORE INSERT ON responses \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"],
+        (true, false) => &["DROP TRIGGER refuse_runs"],
+        (false, true) => &[
+            "CREATE FUNCTION refuse_runs() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
+            "CREATE TRIGGER refuse_runs BEFORE INSERT ON responses \
+             FOR EACH ROW EXECUTE FUNCTION refuse_runs()",
+        ],
+        (false, false) => &["DROP TRIGGER refuse_runs ON responses"],
+    };
+    run_sql(url, statements).await;
+}
+
+#[tokio::test]
+async fn a_run_that_cannot_be_stored_is_a_500_and_leaves_nothing_behind() {
+    for (url, _dir) in database_urls().await {
+        let app = spawn_app_on(&url, |_| {}).await;
+        refuse_new_runs(&url, true).await;
+        // The run starts before its insert commits; it must show nothing, and stop.
+        app.llm.push(Turn::text("never shown"));
+        let refused = app
+            .stream(&json!({"model": "gpt-4o-mini", "input": "hello", "stream": true}))
+            .await;
+        assert_eq!(refused.status, 500, "{url}: {}", refused.raw);
+        assert!(refused.events.is_empty(), "{}", refused.raw);
+        app.llm.push(Turn::text("never shown"));
+        let (status, body) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "input": "hello"}),
+            )
+            .await;
+        assert_eq!(status, 500, "{url}: {body}");
+        assert_eq!(body["error"]["type"], "server_error", "{body}");
+
+        // Once the database takes runs again, so does the service.
+        refuse_new_runs(&url, false).await;
+        app.llm.push(Turn::text("stored"));
+        let stored = app
+            .stream(&json!({"model": "gpt-4o-mini", "input": "hello", "stream": true}))
+            .await;
+        assert_eq!(stored.last().event, "response.completed", "{}", stored.raw);
+        assert_numbering(&stored);
+        let id = stored.response_id();
+        let others = "SELECT COUNT(*) FROM responses WHERE id <> $1";
+        assert_eq!(count_rows(&url, others, &id).await, 0, "{url}");
+        let others = "SELECT COUNT(*) FROM response_events WHERE response_id <> $1";
+        assert_eq!(count_rows(&url, others, &id).await, 0, "{url}");
+    }
+}

@@ -198,8 +198,20 @@ impl EventHub {
     /// one transaction for many runs). For runs without an idempotency key: a key conflict
     /// would fail the whole batch, so those go to the store directly.
     pub async fn insert_run(&self, run: NewRun) -> Result<(), StoreError> {
-        self.ask(|reply| Command::Insert(Box::new(run), reply))
+        self.queue_insert(run).await?.await
+    }
+
+    /// Queues a new run's insert (as `insert_run`) and returns at once; the answer comes once
+    /// it is committed. Events sent for the run afterwards follow the insert; if it fails,
+    /// they are dropped. Dropping the answer before it comes discards the run: nobody would
+    /// execute it.
+    pub async fn queue_insert(&self, run: NewRun) -> Result<Inserted, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Command::Insert(Box::new(run), reply))
             .await
+            .map_err(|_| writer_stopped())?;
+        Ok(Inserted(answer))
     }
 
     /// Applies a run's ending (its compare-and-set) in the writer's next transaction, after
@@ -219,10 +231,12 @@ impl EventHub {
         &self,
         command: impl FnOnce(oneshot::Sender<Result<(), StoreError>>) -> Command,
     ) -> Result<(), StoreError> {
-        let stopped = || StoreError::Database("the event writer has stopped".into());
         let (tx, rx) = oneshot::channel();
-        self.queue.send(command(tx)).await.map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+        self.queue
+            .send(command(tx))
+            .await
+            .map_err(|_| writer_stopped())?;
+        rx.await.map_err(|_| writer_stopped())?
     }
 
     /// The run's events after `after` (from the start with `None`): the stored ones, then
@@ -411,6 +425,26 @@ impl Follower {
     }
 }
 
+/// The answer to a queued insert: resolves once the run is committed (or failed to be).
+pub struct Inserted(oneshot::Receiver<Result<(), StoreError>>);
+
+impl std::future::Future for Inserted {
+    type Output = Result<(), StoreError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or_else(|_| Err(writer_stopped())))
+    }
+}
+
+fn writer_stopped() -> StoreError {
+    StoreError::Database("the event writer has stopped".into())
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -423,12 +457,16 @@ async fn write_loop(
     batch_max: usize,
 ) {
     let mut failed: HashSet<Arc<str>> = HashSet::new();
+    // Runs whose insert failed: their events are dropped until their channel closes.
+    let mut refused: HashSet<Arc<str>> = HashSet::new();
     let mut batch: Vec<Command> = Vec::with_capacity(batch_max);
     while commands.recv_many(&mut batch, batch_max).await > 0 {
         let events: Vec<EventRecord> = batch
             .iter()
             .filter_map(|c| match c {
-                Command::Event(e) => Some(EventRecord::clone(e)),
+                Command::Event(e) if !refused.contains(&e.response_id) => {
+                    Some(EventRecord::clone(e))
+                }
                 _ => None,
             })
             .collect();
@@ -464,6 +502,7 @@ async fn write_loop(
         let (lost, not_inserted, mut ended) = written;
         let mut orphans = Vec::new();
         failed.extend(lost.iter().cloned());
+        refused.extend(not_inserted.keys().map(|id| Arc::from(id.as_str())));
         wake_followers(&wakers, &events);
         for command in batch.drain(..) {
             match command {
@@ -493,7 +532,7 @@ async fn write_loop(
                     }
                 }
                 Command::Event(event) => {
-                    if lost.contains(&event.response_id) {
+                    if lost.contains(&event.response_id) || refused.contains(&event.response_id) {
                         continue;
                     }
                     if let Some(live) = lock(&channels).get(&event.response_id) {
@@ -518,6 +557,7 @@ async fn write_loop(
                     if channels.get(&id).is_none_or(|l| l.generation == generation) {
                         channels.remove(&id);
                         failed.remove(&id);
+                        refused.remove(&id);
                     }
                 }
             }
@@ -585,7 +625,14 @@ async fn write_batch(
             not_inserted.insert(run.body.id.clone(), e.to_string());
         }
     }
-    let lost = write_events_apart(store, batch.events).await;
+    // The events of a run that is not stored are not written either.
+    let events: Vec<EventRecord> = batch
+        .events
+        .iter()
+        .filter(|e| !not_inserted.contains_key(&*e.response_id))
+        .cloned()
+        .collect();
+    let lost = write_events_apart(store, &events).await;
     let mut ended = Vec::with_capacity(batch.endings.len());
     for ending in &batch.endings {
         if lost.contains(ending.id.as_str()) {

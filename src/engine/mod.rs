@@ -245,22 +245,33 @@ impl Engine {
         };
         let response_id: Arc<str> = Arc::from(id.as_str());
         let live = self.inner.hub.open(&response_id);
-        let inserted = if run.idempotency.is_none() {
-            // Committed with the event writer's next batch, together with other runs.
-            self.inner.hub.insert_run(run).await
+        let queued = if run.idempotency.is_none() {
+            // Committed with the event writer's next batch, together with other runs; the
+            // run starts meanwhile (see `run::Admission`).
+            self.inner.hub.queue_insert(run).await.map(Some)
         } else {
-            self.inner.store.insert_run(&run).await
+            self.inner.store.insert_run(&run).await.map(|()| None)
         };
-        if let Err(e) = inserted {
-            live.close().await;
-            // A concurrent retry with the same key got there first: answer with its run.
-            if let (StoreError::KeyTaken, Some(key)) = (&e, &idempotency)
-                && let Some(existing) = self.idempotent_run(tenant_id, key, stream).await?
-            {
-                return Ok(existing);
+        let queued = match queued {
+            Ok(queued) => queued,
+            Err(e) => {
+                live.close().await;
+                // A concurrent retry with the same key got there first: answer with its run.
+                if let (StoreError::KeyTaken, Some(key)) = (&e, &idempotency)
+                    && let Some(existing) = self.idempotent_run(tenant_id, key, stream).await?
+                {
+                    return Ok(existing);
+                }
+                return Err(e.into());
             }
-            return Err(e.into());
-        }
+        };
+        let (admission, admitted) = match queued {
+            Some(inserted) => {
+                let (report, admitted) = oneshot::channel();
+                (Some(run::Admission { inserted, report }), Some(admitted))
+            }
+            None => (None, None),
+        };
         let mut context = history;
         context.extend(input);
         let launch = Launch {
@@ -273,8 +284,18 @@ impl Engine {
             stream: request.stream == Some(true),
             decisions,
             prior_usage: None,
+            admission,
         };
-        Ok(self.launch(prepared, launch))
+        let started = self.launch(prepared, launch);
+        if let Some(admitted) = admitted {
+            // The run's task reports whether its insert committed (it stops if not).
+            admitted.await.unwrap_or_else(|_| {
+                Err(StoreError::Database(
+                    "the run stopped before it was stored".into(),
+                ))
+            })?;
+        }
+        Ok(started)
     }
 
     /// Everything a run needs from its request: the model's client, the resolved tools, the
@@ -400,6 +421,7 @@ impl Engine {
             decisions: launch.decisions,
             owner: self.inner.settings.instance_id.clone(),
             lost: false,
+            admission: launch.admission,
         };
         let engine = self.clone();
         let tenant = launch.tenant_id;
@@ -649,6 +671,7 @@ impl Engine {
             stream: false,
             decisions: Vec::new(),
             prior_usage: None,
+            admission: None,
         };
         let started = self.launch(prepared, launch);
         // The slot is free again when the run stops.
@@ -1092,4 +1115,6 @@ struct Launch {
     decisions: Vec<run::Decision>,
     /// Usage of the run's earlier activations (before a pause).
     prior_usage: Option<crate::protocol::response::Usage>,
+    /// A new run whose insert is being committed.
+    admission: Option<run::Admission>,
 }

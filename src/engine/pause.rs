@@ -267,6 +267,7 @@ impl Engine {
             stream: submission.stream == Some(true),
             decisions,
             prior_usage,
+            admission: None,
         };
         Ok(self.launch(prepared, launch))
     }

@@ -186,6 +186,7 @@ impl Engine {
             stream: false,
             decisions: Vec::new(),
             prior_usage,
+            admission: None,
         };
         self.launch(prepared, launch);
         Ok(())

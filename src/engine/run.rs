@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::emitter::EventEmitter;
 use super::executor::{CallEvent, ServerCall, TurnCalls};
-use super::hub::LiveChannel;
+use super::hub::{Inserted, LiveChannel};
 use super::toolset::{ClientKind, Executor, ToolSet};
 use super::{RunOutcome, close_incomplete, now_ms};
 use crate::config::ToolErrorPolicy;
@@ -141,6 +141,33 @@ pub(super) struct RunTask {
     pub owner: String,
     /// Set when a checkpoint finds the run taken over (or stopped) elsewhere.
     pub lost: bool,
+    /// A new run whose insert is still being committed.
+    pub admission: Option<Admission>,
+}
+
+/// A new run's insert, queued with the event writer: the run starts before it is committed
+/// (its first model request does not wait for the commit), and learns the outcome before its
+/// first model turn shows anything or it ends. Its events follow the insert in the writer's
+/// queue, so none is published before the run is stored.
+pub(super) struct Admission {
+    pub inserted: Inserted,
+    /// Tells the creating request.
+    pub report: oneshot::Sender<Result<(), StoreError>>,
+}
+
+impl Admission {
+    /// Waits for the insert (nothing to wait for without one); false when the run is not
+    /// stored and must stop without a trace.
+    async fn settle(admission: Option<Admission>) -> bool {
+        let Some(admission) = admission else {
+            return true;
+        };
+        let result = admission.inserted.await;
+        let stored = result.is_ok();
+        // The request may have gone away: the run is stored and goes on all the same.
+        let _ = admission.report.send(result);
+        stored
+    }
 }
 
 /// The client's answer to an approval request.
@@ -242,6 +269,10 @@ impl RunTask {
         let decisions = std::mem::take(&mut self.decisions);
         if decisions.is_empty() {
             return Ok(());
+        }
+        // Approved calls have effects: only for a stored run.
+        if !Admission::settle(self.admission.take()).await {
+            return Err(Ending::Lost);
         }
         let mut calls = TurnCalls::new(self.limits.max_concurrency);
         for decision in decisions {
@@ -362,18 +393,26 @@ impl RunTask {
     /// their arguments are complete.
     async fn model_turn(&mut self) -> Result<Turn, Ending> {
         // In a block: the request is not kept for the rest of the turn.
-        let stream = {
+        let (stored, stream) = {
             let mut request = self.request.clone();
             request.items = self.context.clone();
             request.items.extend(self.transcript.iter().cloned());
-            tokio::select! {
-                _ = self.stop.cancelled() => return Err(self.stop_ending()),
-                started = self.client.stream(&request) => started,
-            }
+            let admission = self.admission.take();
+            let started = async {
+                tokio::select! {
+                    _ = self.stop.cancelled() => None,
+                    started = self.client.stream(&request) => Some(started),
+                }
+            };
+            tokio::join!(Admission::settle(admission), started)
         };
+        if !stored {
+            return Err(Ending::Lost);
+        }
         let mut stream = match stream {
-            Ok(stream) => stream,
-            Err(e) => return Err(upstream_ending(e)),
+            None => return Err(self.stop_ending()),
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => return Err(upstream_ending(e)),
         };
         let mut turn = Turn {
             finish: None,
@@ -1150,6 +1189,11 @@ impl RunTask {
     /// Stores the final state, then sends the terminal event. Returns the upstream failure,
     /// if that is how the run ended.
     async fn finish(&mut self, ending: Ending) -> Option<LlmError> {
+        // A run that ends before its first model turn learns here whether it is stored.
+        let ending = match Admission::settle(self.admission.take()).await {
+            true => ending,
+            false => Ending::Lost,
+        };
         let id = self.body.id.clone();
         for item in &mut self.body.output {
             close_incomplete(item);
