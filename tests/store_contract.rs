@@ -339,6 +339,79 @@ async fn deleting_a_run_removes_its_items_and_events() {
 }
 
 #[tokio::test]
+async fn runs_that_stopped_before_the_window_are_pruned_in_batches_and_no_others() {
+    for b in backends().await {
+        // Negative times: the PostgreSQL database is shared with the other tests, whose runs
+        // stop at small positive times and must not be pruned here.
+        let mut old = Vec::new();
+        for i in 0..250 {
+            let id = ids::new(ids::RESPONSE);
+            let mut run = new_run(&id, 1, "a", 10);
+            run.now_ms = -10_000 + i;
+            b.store.insert_run(&run).await.unwrap();
+            b.store.append_events(&[event(&id, 0)]).await.unwrap();
+            let to = if i % 2 == 0 {
+                RunState::Completed
+            } else {
+                RunState::Failed
+            };
+            b.store
+                .transition(
+                    &id,
+                    RunState::InProgress,
+                    to,
+                    &update(&body(&id), &[], -5_000 + i),
+                )
+                .await
+                .unwrap();
+            old.push(id);
+        }
+        // Active runs are kept however old; a run that stopped after the window too.
+        let active = ids::new(ids::RESPONSE);
+        let mut run = new_run(&active, 1, "a", 10);
+        run.now_ms = -20_000;
+        b.store.insert_run(&run).await.unwrap();
+        let recent = ids::new(ids::RESPONSE);
+        let mut run = new_run(&recent, 1, "a", 10);
+        run.now_ms = -20_000;
+        b.store.insert_run(&run).await.unwrap();
+        b.store.append_events(&[event(&recent, 0)]).await.unwrap();
+        let to = RunState::Completed;
+        b.store
+            .transition(
+                &recent,
+                RunState::InProgress,
+                to,
+                &update(&body(&recent), &[], 0),
+            )
+            .await
+            .unwrap();
+
+        let (runs, _) = b.store.prune(0, i64::MIN).await.unwrap();
+        assert_eq!(runs, 250, "{}", b.store.backend());
+        for id in &old {
+            assert!(matches!(
+                b.store.get_run(store::DEFAULT_TENANT, id).await,
+                Err(StoreError::NotFound)
+            ));
+            assert!(b.store.events_after(id, None, 10).await.unwrap().is_empty());
+            let items = b.store.input_items(store::DEFAULT_TENANT, id).await;
+            assert!(items.unwrap().is_empty());
+        }
+        for id in [&active, &recent] {
+            b.store.get_run(store::DEFAULT_TENANT, id).await.unwrap();
+            let items = b.store.input_items(store::DEFAULT_TENANT, id).await;
+            assert_eq!(items.unwrap().len(), 1);
+        }
+        assert_eq!(
+            b.store.events_after(&recent, None, 10).await.unwrap().len(),
+            1
+        );
+        assert_eq!(b.store.prune(0, i64::MIN).await.unwrap().0, 0);
+    }
+}
+
+#[tokio::test]
 async fn leases_are_renewed_by_their_owner_and_expired_ones_are_found() {
     for b in backends().await {
         let owner = ids::new("inst");

@@ -346,9 +346,9 @@ pub trait RunStore: Send + Sync + 'static {
         key: &str,
     ) -> Result<Option<IdempotentRequest>, StoreError>;
 
-    /// Deletes stopped runs (with their items and events) last changed before
-    /// `runs_before_ms`, and idempotency keys recorded before `keys_before_ms`. Returns how
-    /// many runs and keys went.
+    /// Deletes runs that stopped before `runs_before_ms` (with their items and events), and
+    /// idempotency keys recorded before `keys_before_ms`, oldest first, in transactions of
+    /// bounded size. Returns how many runs and keys went.
     async fn prune(
         &self,
         runs_before_ms: i64,

@@ -14,6 +14,9 @@ use crate::protocol::response::ResponseObject;
 
 /// Rows per multi-row INSERT: well under SQLite's 32,766 bound parameters.
 pub(super) const INSERT_CHUNK: usize = 1000;
+/// Stopped runs (or idempotency keys) pruned per transaction: a few milliseconds of the
+/// writer's time each.
+pub(super) const PRUNE_BATCH: i64 = 50;
 
 #[derive(sqlx::FromRow)]
 pub(super) struct RunRow {
@@ -83,6 +86,15 @@ macro_rules! run_columns {
     };
 }
 pub(super) use run_columns;
+
+/// Deletes up to `$2` runs that stopped before `$1`, oldest first, returning their ids.
+macro_rules! prune_runs {
+    () => {
+        "DELETE FROM responses WHERE id IN (SELECT id FROM responses \
+         WHERE stopped_at < $1 ORDER BY stopped_at LIMIT $2) RETURNING id"
+    };
+}
+pub(super) use prune_runs;
 
 /// Implements `RunStore` for a store struct with a `pool` field of the given database.
 macro_rules! impl_run_store {
@@ -537,37 +549,53 @@ macro_rules! impl_run_store {
                 runs_before_ms: i64,
                 keys_before_ms: i64,
             ) -> Result<(u64, u64), $crate::store::StoreError> {
-                let mut tx = self.writes().begin().await?;
-                sqlx::query(
-                    "DELETE FROM response_events WHERE response_id IN (SELECT id FROM responses \
-                     WHERE updated_at < $1 AND state IN \
-                     ('completed', 'failed', 'incomplete', 'cancelled', 'expired'))",
-                )
-                .bind(runs_before_ms)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "DELETE FROM input_items WHERE response_id IN (SELECT id FROM responses \
-                     WHERE updated_at < $1 AND state IN \
-                     ('completed', 'failed', 'incomplete', 'cancelled', 'expired'))",
-                )
-                .bind(runs_before_ms)
-                .execute(&mut *tx)
-                .await?;
-                let runs = sqlx::query(
-                    "DELETE FROM responses WHERE updated_at < $1 AND state IN \
-                     ('completed', 'failed', 'incomplete', 'cancelled', 'expired')",
-                )
-                .bind(runs_before_ms)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                let keys = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+                // A transaction per batch, so the writer's other work goes on between them
+                // however many runs are due.
+                let batch = $crate::store::sql::PRUNE_BATCH;
+                let mut runs = 0;
+                loop {
+                    let mut tx = self.writes().begin().await?;
+                    let ids: Vec<String> = sqlx::query_scalar($crate::store::sql::prune_runs!())
+                    .bind(runs_before_ms)
+                    .bind(batch)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    if !ids.is_empty() {
+                        for statement in [
+                            "DELETE FROM response_events WHERE response_id IN (",
+                            "DELETE FROM input_items WHERE response_id IN (",
+                        ] {
+                            let mut delete = sqlx::QueryBuilder::<$db>::new(statement);
+                            let mut list = delete.separated(", ");
+                            for id in &ids {
+                                list.push_bind(id);
+                            }
+                            delete.push(")").build().execute(&mut *tx).await?;
+                        }
+                    }
+                    tx.commit().await?;
+                    runs += ids.len() as u64;
+                    if (ids.len() as i64) < batch {
+                        break;
+                    }
+                }
+                let mut keys = 0;
+                loop {
+                    let deleted = sqlx::query(
+                        "DELETE FROM idempotency_keys WHERE (tenant_id, key) IN \
+                         (SELECT tenant_id, key FROM idempotency_keys WHERE created_at < $1 \
+                          ORDER BY created_at LIMIT $2)",
+                    )
                     .bind(keys_before_ms)
-                    .execute(&mut *tx)
+                    .bind(batch)
+                    .execute(self.writes())
                     .await?
                     .rows_affected();
-                tx.commit().await?;
+                    keys += deleted;
+                    if (deleted as i64) < batch {
+                        break;
+                    }
+                }
                 Ok((runs, keys))
             }
 
@@ -610,8 +638,8 @@ macro_rules! impl_run_store {
                 use sqlx::types::Json;
                 let updated = sqlx::query(
                     "UPDATE responses SET state = $1, body = $2, transcript = $3, updated_at = $4, \
-                     lease_owner = $5, lease_expires_at = $6, expires_at = $7 \
-                     WHERE id = $8 AND state = $9 AND ($10 IS NULL OR lease_owner = $10)",
+                     lease_owner = $5, lease_expires_at = $6, expires_at = $7, stopped_at = $8 \
+                     WHERE id = $9 AND state = $10 AND ($11 IS NULL OR lease_owner = $11)",
                 )
                 .bind(to.as_str())
                 .bind(Json(update.body))
@@ -620,6 +648,7 @@ macro_rules! impl_run_store {
                 .bind(update.lease_owner)
                 .bind(update.lease_expires_at)
                 .bind(update.expires_at)
+                .bind(to.is_final().then_some(update.now_ms))
                 .bind(id)
                 .bind(from.as_str())
                 .bind(update.expected_owner)

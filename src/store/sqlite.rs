@@ -185,6 +185,38 @@ mod tests {
     use super::*;
     use crate::store::{EventRecord, RunStore, WriteBatch};
 
+    #[tokio::test]
+    async fn pruning_finds_old_runs_through_an_index_without_reading_every_stopped_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plan.db");
+        let store = SqliteStore::connect(&format!("sqlite://{}", path.display()), 1)
+            .await
+            .unwrap();
+        // Rows of (id, parent, notused, detail): the detail names each step.
+        let steps: Vec<String> = sqlx::query(concat!(
+            "EXPLAIN QUERY PLAN ",
+            crate::store::sql::prune_runs!()
+        ))
+        .bind(0i64)
+        .bind(1i64)
+        .fetch_all(&store.readers)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| sqlx::Row::get::<String, _>(row, 3))
+        .collect();
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.contains("USING INDEX responses_stopped")),
+            "{steps:?}"
+        );
+        assert!(
+            !steps.iter().any(|s| s.contains("TEMP B-TREE")),
+            "{steps:?}"
+        );
+    }
+
     /// Bytes of log per page: the page and its frame header.
     const FRAME_BYTES: u64 = 4096 + 24;
 
