@@ -451,6 +451,92 @@ async fn a_timeout_and_a_panic_become_errors_the_model_sees() {
     );
 }
 
+/// Has effects, so must be saved as started before it runs: answers whether the run's saved
+/// transcript showed it in progress when it ran.
+struct Charges {
+    database_url: String,
+}
+#[async_trait]
+impl ToolHandler for Charges {
+    fn name(&self) -> &str {
+        "charge"
+    }
+    fn description(&self) -> &str {
+        "charges a card"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, context: ToolContext, _: Value, _: ToolOutput) -> ToolResult {
+        use sqlx::Connection;
+        let mut db = sqlx::PgConnection::connect(&self.database_url)
+            .await
+            .unwrap();
+        let transcript: String =
+            sqlx::query_scalar("SELECT transcript::text FROM responses WHERE id = $1")
+                .bind(&context.response_id)
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+        let transcript: Vec<Value> = serde_json::from_str(&transcript).unwrap();
+        let saved = transcript.iter().any(|item| {
+            item["type"] == "mcp_call"
+                && item["name"] == "charge"
+                && item["status"] == "in_progress"
+        });
+        ToolResult::ok(if saved {
+            "saved, then run"
+        } else {
+            "run unsaved"
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_server_call_is_saved_as_started_before_its_tool_runs() {
+    // On PostgreSQL, where a trigger can hold the save open: a tool started before the save
+    // commits reads the run without its call (and after a crash there, would run again).
+    let Some(url) = fresh_postgres_url().await else {
+        return;
+    };
+    let tools = vec![(
+        "test".to_string(),
+        Arc::new(Charges {
+            database_url: url.clone(),
+        }) as Arc<dyn ToolHandler>,
+    )];
+    let app = spawn_app_with_tools_on(&url, tools, |_| {}).await;
+    {
+        use sqlx::Connection;
+        let mut db = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql(
+            "CREATE FUNCTION slow_save() RETURNS trigger AS $$ BEGIN \
+               IF NEW.transcript::text LIKE '%in_progress%' THEN PERFORM pg_sleep(0.3); END IF; \
+               RETURN NEW; END $$ LANGUAGE plpgsql; \
+             CREATE TRIGGER slow_save BEFORE UPDATE ON responses \
+               FOR EACH ROW EXECUTE FUNCTION slow_save();",
+        )
+        .execute(&mut db)
+        .await
+        .unwrap();
+    }
+    app.llm.push(Turn::tool_call("c1", "charge", "{}"));
+    app.llm.push(Turn::text("charged"));
+
+    let sse = app.stream(&run_with(json!([test_server()]))).await;
+
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+    let requests = app.llm.requests();
+    let tool_message = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .clone();
+    assert_eq!(tool_message, "saved, then run");
+}
+
 #[tokio::test]
 async fn a_return_direct_tool_ends_the_run_with_its_output_as_the_answer() {
     let app = spawn_app_with_tools(test_tools(), |_| {}).await;

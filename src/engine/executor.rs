@@ -55,6 +55,12 @@ impl TurnCalls {
         }
     }
 
+    /// Takes a call that is started later (`run`) or never (`fail`); returns its slot.
+    pub fn add(&mut self, call: ServerCall) -> usize {
+        self.calls.push(call);
+        self.calls.len() - 1
+    }
+
     /// Starts executing a call now; returns its slot.
     pub fn start(
         &mut self,
@@ -62,9 +68,14 @@ impl TurnCalls {
         tool: Arc<RegisteredTool>,
         context: ToolContext,
     ) -> usize {
-        let slot = self.calls.len();
-        let arguments = call.arguments.clone();
-        self.calls.push(call);
+        let slot = self.add(call);
+        self.run(slot, tool, context);
+        slot
+    }
+
+    /// Starts executing the call in `slot`.
+    pub fn run(&mut self, slot: usize, tool: Arc<RegisteredTool>, context: ToolContext) {
+        let arguments = self.calls[slot].arguments.clone();
         let events = self.events.clone();
         let limit = self.limit.clone();
         // The set aborts unfinished calls when the turn is dropped (cancel, shutdown).
@@ -79,19 +90,19 @@ impl TurnCalls {
             let result = execute(&tool, context, &arguments, output).await;
             let _ = events.send(CallEvent::Done(slot, result));
         });
-        slot
     }
 
     /// Records a call that is not executed, with the reason as its error result.
     pub fn refuse(&mut self, call: ServerCall, reason: String) -> usize {
-        let slot = self.calls.len();
         tracing::warn!(tool = %call.name, reason = %reason, "tool call refused");
-        self.calls.push(call);
-        let _ = self.events.send(CallEvent::Done(
-            slot,
-            ToolResult::failure(ToolErrorKind::Refused, reason),
-        ));
+        let slot = self.add(call);
+        self.fail(slot, ToolResult::failure(ToolErrorKind::Refused, reason));
         slot
+    }
+
+    /// Ends the call in `slot` without executing it.
+    pub fn fail(&mut self, slot: usize, result: ToolResult) {
+        let _ = self.events.send(CallEvent::Done(slot, result));
     }
 }
 

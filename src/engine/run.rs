@@ -30,6 +30,7 @@ use crate::protocol::response::{
     IncompleteDetails, ResponseError, ResponseObject, ResponseStatus, Usage,
 };
 use crate::store::{RunEnding, RunState, RunStore, StoreError};
+use crate::tools::registry::RegisteredTool;
 use crate::tools::{ToolContext, ToolErrorKind, ToolResult};
 
 /// The model parameters a run uses on every turn (tools are added from its tool set).
@@ -204,6 +205,8 @@ struct Turn {
     /// Calls accepted this turn, for `parallel_tool_calls: false`.
     accepted: usize,
     calls: TurnCalls,
+    /// Server calls dispatched but not started: they start once recorded (`start_saved`).
+    starting: Vec<(usize, Arc<RegisteredTool>, ToolContext)>,
 }
 
 /// A server call once it has its result.
@@ -420,6 +423,7 @@ impl RunTask {
             approvals: 0,
             accepted: 0,
             calls: TurnCalls::new(self.limits.max_concurrency),
+            starting: Vec::new(),
         };
         let mut open: Option<OpenMessage> = None;
         // Calls by their index: chunks of several calls may interleave.
@@ -535,6 +539,7 @@ impl RunTask {
                 self.finish_call(call, turn).await;
             }
         }
+        self.start_saved(turn).await;
         if calls.values().all(|c| c.live.is_none())
             && let Some(call) = calls.values_mut().find(|c| {
                 !c.name.is_empty() && self.client_kind(&c.name) == Some(ClientKind::Function)
@@ -559,6 +564,7 @@ impl RunTask {
         while let Some((_, call)) = calls.pop_first() {
             self.finish_call(call, turn).await;
         }
+        self.start_saved(turn).await;
     }
 
     /// Closes an open `function_call` item as it stands (the turn ended early).
@@ -600,6 +606,29 @@ impl RunTask {
                 Executor::Server(_) => None,
             },
             _ => None,
+        }
+    }
+
+    /// Starts the server calls dispatched since the last start, once a checkpoint records
+    /// them: they have effects, and after a crash a recorded call is reported interrupted,
+    /// never run again. Calls that became complete together share one checkpoint.
+    async fn start_saved(&mut self, turn: &mut Turn) {
+        if turn.starting.is_empty() {
+            return;
+        }
+        let starting = std::mem::take(&mut turn.starting);
+        if self.checkpoint(Some(turn)).await {
+            for (slot, tool, context) in starting {
+                turn.calls.run(slot, tool, context);
+            }
+        } else {
+            self.lost = true;
+            self.stop.cancel();
+            for (slot, ..) in starting {
+                let reason = "The run is executed elsewhere now; the call was not run here.";
+                turn.calls
+                    .fail(slot, ToolResult::failure(ToolErrorKind::Cancelled, reason));
+            }
         }
     }
 
@@ -758,12 +787,9 @@ impl RunTask {
                     tenant_id: self.tenant_id.clone(),
                     cancel: self.stop.child_token(),
                 };
-                turn.calls.start(server_call, tool, context);
-                // Recorded before it can have effects: after a crash it is not run again.
-                if !self.checkpoint(Some(turn)).await {
-                    self.lost = true;
-                    self.stop.cancel();
-                }
+                // Started once saved (`start_saved`).
+                let slot = turn.calls.add(server_call);
+                turn.starting.push((slot, tool, context));
             }
             None => {}
         }

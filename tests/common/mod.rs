@@ -61,6 +61,17 @@ pub async fn spawn_app_with_tools(
     start_with(url, llm, dir, tools, tweak).await
 }
 
+/// The app on the given database with extra compiled-in tool handlers.
+pub async fn spawn_app_with_tools_on(
+    database_url: &str,
+    tools: Vec<(String, Arc<dyn ToolHandler>)>,
+    tweak: impl FnOnce(&mut Config),
+) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start().await.unwrap();
+    start_with(database_url.to_string(), llm, dir, tools, tweak).await
+}
+
 /// The app on the given database (a fresh fake LLM); the temp dir is unused then.
 pub async fn spawn_app_on(database_url: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
