@@ -1,12 +1,14 @@
 //! The OpenAI-compatible `/chat/completions` client: maps a [`ModelRequest`] to a streaming
 //! chat request and the SSE chunks back to [`ModelEvent`]s.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::sse::SseDecoder;
@@ -422,20 +424,144 @@ fn decode_chunks(
     })
 }
 
+/// A streamed chunk, as much of it as is read: strings borrow from the payload where they
+/// can (no escapes in them); `error` and `usage`, at most once a stream, stay generic.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Text<'a>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Text<'a>,
+    #[serde(default, borrow)]
+    reasoning_content: Text<'a>,
+    #[serde(default, borrow)]
+    reasoning: Text<'a>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolCallChunk<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallChunk<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    id: Text<'a>,
+    #[serde(default, borrow)]
+    function: Option<FunctionChunk<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionChunk<'a> {
+    #[serde(default, borrow)]
+    name: Text<'a>,
+    #[serde(default, borrow)]
+    arguments: Text<'a>,
+}
+
+/// A field read only when it is a string: upstreams put other things (null, objects) where
+/// they have nothing to say, and those are skipped.
+#[derive(Default)]
+struct Text<'a>(Option<Cow<'a, str>>);
+
+impl<'a> Text<'a> {
+    fn into_string(self) -> Option<String> {
+        self.0.map(Cow::into_owned)
+    }
+
+    /// The text, when there is some.
+    fn non_empty(self) -> Option<String> {
+        self.0.filter(|t| !t.is_empty()).map(Cow::into_owned)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> serde::de::Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Some(Cow::Owned(v))))
+            }
+            fn visit_unit<E>(self) -> Result<Text<'de>, E> {
+                Ok(Text(None))
+            }
+            fn visit_none<E>(self) -> Result<Text<'de>, E> {
+                Ok(Text(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Text<'de>, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Text<'de>, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Text<'de>, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Text<'de>, E> {
+                Ok(Text(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Text<'de>, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Text<'de>, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Text(None))
+            }
+        }
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
 /// One chunk → events. `finished` records that a finish reason was seen.
 fn parse_payload(
     payload: &str,
     out: &mut VecDeque<Result<ModelEvent, LlmError>>,
     finished: &mut bool,
 ) {
-    let chunk: Value = match serde_json::from_str(payload) {
+    let chunk: Chunk = match serde_json::from_str(payload) {
         Ok(chunk) => chunk,
         Err(e) => {
-            out.push_back(Err(LlmError::Protocol(format!("a chunk is not JSON: {e}"))));
+            let message = format!("a chunk is not a chat-completions chunk: {e}");
+            out.push_back(Err(LlmError::Protocol(message)));
             return;
         }
     };
-    if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+    if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
         let message = error
             .get("message")
             .and_then(Value::as_str)
@@ -445,52 +571,35 @@ fn parse_payload(
         out.push_back(Err(LlmError::Status { status, message }));
         return;
     }
-    if let Some(choice) = chunk
-        .get("choices")
-        .and_then(Value::as_array)
-        .and_then(|c| c.first())
-    {
-        let delta = &choice["delta"];
-        for key in ["reasoning_content", "reasoning"] {
-            if let Some(text) = delta.get(key).and_then(Value::as_str)
-                && !text.is_empty()
-            {
-                out.push_back(Ok(ModelEvent::ReasoningDelta(text.to_string())));
+    if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
+        if let Some(delta) = choice.delta {
+            for text in [delta.reasoning_content, delta.reasoning] {
+                if let Some(text) = text.non_empty() {
+                    out.push_back(Ok(ModelEvent::ReasoningDelta(text)));
+                }
             }
-        }
-        if let Some(text) = delta.get("content").and_then(Value::as_str)
-            && !text.is_empty()
-        {
-            out.push_back(Ok(ModelEvent::TextDelta(text.to_string())));
-        }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-            for (position, call) in calls.iter().enumerate() {
-                let index = call
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(position as u64) as u32;
-                let function = &call["function"];
+            if let Some(text) = delta.content.non_empty() {
+                out.push_back(Ok(ModelEvent::TextDelta(text)));
+            }
+            for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+                let (name, arguments) = match call.function {
+                    Some(f) => (f.name.into_string(), f.arguments.into_string()),
+                    None => (None, None),
+                };
                 out.push_back(Ok(ModelEvent::ToolCallDelta {
-                    index,
-                    id: call.get("id").and_then(Value::as_str).map(str::to_string),
-                    name: function
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .map(str::to_string),
-                    arguments: function
-                        .get("arguments")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
+                    index: call.index.unwrap_or(position as u32),
+                    id: call.id.into_string(),
+                    name,
+                    arguments: arguments.unwrap_or_default(),
                 }));
             }
         }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        if let Some(reason) = choice.finish_reason.0 {
             *finished = true;
-            out.push_back(Ok(ModelEvent::Finish(FinishReason::parse(reason))));
+            out.push_back(Ok(ModelEvent::Finish(FinishReason::parse(&reason))));
         }
     }
-    if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+    if let Some(usage) = chunk.usage.filter(|u| u.is_object()) {
         let number = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
         let input = number("/prompt_tokens");
         let output = number("/completion_tokens");
@@ -607,5 +716,34 @@ mod tests {
         assert_eq!(events[2], Some(ModelEvent::Finish(FinishReason::Stop)));
         assert!(matches!(&events[3], Some(ModelEvent::Usage(u)) if u.total_tokens == 7));
         assert!(finished);
+    }
+
+    #[test]
+    fn escaped_text_is_decoded_and_fields_that_are_not_strings_are_skipped() {
+        let mut out = VecDeque::new();
+        let mut finished = false;
+        parse_payload(
+            r#"{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b\u00e9",
+                "reasoning":{"summary":[1]},"reasoning_content":null,"tool_calls":null},
+                "finish_reason":null,"logprobs":null}],"usage":null}"#,
+            &mut out,
+            &mut finished,
+        );
+        parse_payload(
+            r#"{"error":{"message":"overloaded","code":529}}"#,
+            &mut out,
+            &mut finished,
+        );
+        parse_payload(r#"{"choices":"#, &mut out, &mut finished);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(
+            out[0].as_ref().ok(),
+            Some(&ModelEvent::TextDelta("a\"b\u{e9}".into()))
+        );
+        assert!(
+            matches!(&out[1], Err(LlmError::Status { status: 529, message }) if message == "overloaded")
+        );
+        assert!(matches!(&out[2], Err(LlmError::Protocol(_))));
+        assert!(!finished);
     }
 }

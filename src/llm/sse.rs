@@ -12,20 +12,25 @@ impl SseDecoder {
         SseDecoder::default()
     }
 
-    /// Feeds bytes; returns the `data` of every event they complete.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+    /// Feeds bytes; returns the `data` of every event they complete. Whole lines are read
+    /// where they lie; only a line split across reads is copied.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> Vec<String> {
         let mut out = Vec::new();
-        for &byte in bytes {
-            if byte != b'\n' {
-                self.line.push(byte);
-                continue;
+        while let Some(end) = bytes.iter().position(|&b| b == b'\n') {
+            let (piece, rest) = (&bytes[..end], &bytes[end + 1..]);
+            bytes = rest;
+            if self.line.is_empty() {
+                self.handle_line(without_cr(piece), &mut out);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(piece);
+                self.handle_line(without_cr(&line), &mut out);
+                // Its room is kept for the next split line.
+                line.clear();
+                self.line = line;
             }
-            if self.line.last() == Some(&b'\r') {
-                self.line.pop();
-            }
-            let line = std::mem::take(&mut self.line);
-            self.handle_line(&line, &mut out);
         }
+        self.line.extend_from_slice(bytes);
         out
     }
 
@@ -34,7 +39,7 @@ impl SseDecoder {
         let line = std::mem::take(&mut self.line);
         let mut out = Vec::new();
         if !line.is_empty() {
-            self.handle_line(&line, &mut out);
+            self.handle_line(without_cr(&line), &mut out);
         }
         out.pop().or_else(|| self.data.take())
     }
@@ -57,7 +62,11 @@ impl SseDecoder {
             None => (line, &[][..]),
         };
         if field == b"data" {
-            let value = String::from_utf8_lossy(value);
+            // Checked the quick way first: upstreams send valid UTF-8.
+            let value = match std::str::from_utf8(value) {
+                Ok(text) => std::borrow::Cow::Borrowed(text),
+                Err(_) => String::from_utf8_lossy(value),
+            };
             match &mut self.data {
                 Some(data) => {
                     data.push('\n');
@@ -67,6 +76,11 @@ impl SseDecoder {
             }
         }
     }
+}
+
+/// A line without the `\r` of a `\r\n` ending.
+fn without_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 #[cfg(test)]
@@ -81,6 +95,15 @@ mod tests {
             decoder.feed(b":1}\r\n\r\ndata: [DONE]\n\n"),
             vec!["{\"a\":1}", "[DONE]"]
         );
+    }
+
+    #[test]
+    fn lines_split_at_every_byte_decode_as_whole_ones() {
+        let stream = b"data: {\"a\":1}\r\n\r\n: ping\n\ndata: x\ndata: y\n\ndata: [DONE]\n\n";
+        let mut decoder = SseDecoder::new();
+        let out: Vec<String> = stream.iter().flat_map(|b| decoder.feed(&[*b])).collect();
+        assert_eq!(out, ["{\"a\":1}", "x\ny", "[DONE]"]);
+        assert_eq!(SseDecoder::new().feed(stream), out);
     }
 
     #[test]
