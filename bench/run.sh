@@ -31,7 +31,7 @@ cargo build --release --quiet -p switchyard -p fake-llm -p switchyard-bench
 # Waits for "pattern" in a log file and prints the address after it.
 address_in() {
   local file=$1 pattern=$2
-  for _ in $(seq 1 200); do
+  for _ in $(seq 1 "${3:-200}"); do
     if grep -q "$pattern" "$file" 2>/dev/null; then
       grep -m1 -o "$pattern[^ ]*" "$file" | sed "s|$pattern||; s|\"||g"
       return 0
@@ -93,6 +93,7 @@ bench_on() {
   target/release/switchyard-bench pause --base "http://$address" --runs "$PAUSE_RUNS" --concurrency 16 --pid "$pid"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
+  instructions_on "$label" "$url"
   # A fresh instance for idle-streams, so its memory before the streams is a clean baseline.
   # HTTP/2 to the upstream: one process may hold at most 20,000 descriptors here, and 10,000
   # client connections plus 10,000 upstream connections would not fit.
@@ -108,6 +109,38 @@ bench_on() {
   target/release/switchyard-bench idle --base "http://$address" --streams "$IDLE_STREAMS" --pid "$pid"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
+}
+
+# Instructions the service executes per text run, counted by callgrind: unlike the times, the
+# count does not move with the machine's load, so it shows a change in CPU cost that the
+# latencies would hide. Skipped when valgrind is not installed.
+instructions_on() {
+  local label=$1 url=$2
+  echo
+  echo "### instructions per run on $label: text runs, 4 at once, under callgrind (counted after a warm-up)"
+  echo
+  if ! command -v valgrind > /dev/null || ! command -v callgrind_control > /dev/null; then
+    echo "(valgrind is not installed: skipped)"
+    return 0
+  fi
+  SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$upstream" \
+    RUST_LOG=warn,switchyard::app=info valgrind --tool=callgrind --callgrind-out-file="$work/$label.callgrind" \
+    target/release/switchyard > "$work/$label-callgrind.log" 2>&1 &
+  local pid=$!
+  pids+=($pid)
+  local address
+  address="$(address_in "$work/$label-callgrind.log" "address=" 1200)"
+  target/release/switchyard-bench load --base "http://$address" --target switchyard --concurrency 4 --duration-s 2 > /dev/null
+  callgrind_control --zero "$pid" > /dev/null 2>&1
+  local row runs total
+  row="$(target/release/switchyard-bench load --base "http://$address" --target switchyard --concurrency 4 --duration-s "$SECONDS_PER_STEP")"
+  kill -INT "$pid"
+  wait "$pid" 2>/dev/null || true
+  runs="$(awk -F'|' '{gsub(/ /, "", $4); print $4}' <<< "$row")"
+  total="$(callgrind_annotate "$work/$label.callgrind" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(/,/, "", $1); print $1}')"
+  echo "| runs | service instructions | per run |"
+  echo "|---|---|---|"
+  echo "| $runs | $total | **$((total / runs))** |"
 }
 
 echo "## switchyard benchmarks — $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m); generator, fake upstream and service on one machine"
