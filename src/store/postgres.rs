@@ -36,6 +36,52 @@ impl PostgresStore {
     fn reads(&self) -> &PgPool {
         &self.pool
     }
+
+    /// Appends events inside a transaction: one statement over six arrays, whatever the
+    /// batch's size. Its text never changes, so each connection prepares it once, and the
+    /// server parses six parameters instead of six per event.
+    async fn insert_events(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        events: &[super::EventRecord],
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let n = events.len();
+        let (mut ids, mut numbers, mut tenants) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut types, mut data, mut times) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for event in events {
+            ids.push(&*event.response_id);
+            numbers.push(event.sequence_number as i64);
+            tenants.push(&*event.tenant_id);
+            types.push(&*event.event_type);
+            data.push(&*event.data);
+            times.push(event.created_at);
+        }
+        sqlx::query(
+            "INSERT INTO response_events \
+             (response_id, sequence_number, tenant_id, event_type, data, created_at) \
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+             $6::bigint[])",
+        )
+        .bind(ids)
+        .bind(numbers)
+        .bind(tenants)
+        .bind(types)
+        .bind(data)
+        .bind(times)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
 }
 
 /// The channel on which appended events are announced, with the response id as payload.

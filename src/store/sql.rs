@@ -720,29 +720,6 @@ macro_rules! impl_run_store {
                 }
                 Ok(())
             }
-
-            /// Appends events inside a transaction, in chunks under the parameter limit.
-            async fn insert_events(
-                tx: &mut sqlx::Transaction<'_, $db>,
-                events: &[$crate::store::EventRecord],
-            ) -> Result<(), $crate::store::StoreError> {
-                for chunk in events.chunks($crate::store::sql::INSERT_CHUNK) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO response_events \
-                         (response_id, sequence_number, tenant_id, event_type, data, created_at) ",
-                    );
-                    insert.push_values(chunk, |mut row, event| {
-                        row.push_bind(&*event.response_id)
-                            .push_bind(event.sequence_number as i64)
-                            .push_bind(&*event.tenant_id)
-                            .push_bind(&*event.event_type)
-                            .push_bind(&*event.data)
-                            .push_bind(event.created_at);
-                    });
-                    insert.build().execute(&mut **tx).await?;
-                }
-                Ok(())
-            }
         }
     };
 }
