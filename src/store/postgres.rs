@@ -37,6 +37,84 @@ impl PostgresStore {
         &self.pool
     }
 
+    /// Inserts runs and their input items inside a transaction: one statement over arrays
+    /// for each table (as `insert_events`).
+    async fn insert_run_rows(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        runs: &[&super::NewRun],
+    ) -> Result<(), StoreError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut ids = Vec::with_capacity(runs.len());
+        let mut tenants = Vec::with_capacity(runs.len());
+        let mut states = Vec::with_capacity(runs.len());
+        let mut previous = Vec::with_capacity(runs.len());
+        let mut stores = Vec::with_capacity(runs.len());
+        let mut times = Vec::with_capacity(runs.len());
+        let mut owners = Vec::with_capacity(runs.len());
+        let mut leases = Vec::with_capacity(runs.len());
+        let mut bodies = Vec::with_capacity(runs.len());
+        for run in runs {
+            ids.push(run.body.id.as_str());
+            tenants.push(run.tenant_id.as_str());
+            states.push(run.state.as_str());
+            previous.push(run.body.previous_response_id.as_deref());
+            stores.push(run.body.store);
+            times.push(run.now_ms);
+            owners.push(run.lease_owner.as_deref());
+            leases.push(run.lease_expires_at);
+            bodies.push(to_json(&run.body)?);
+        }
+        sqlx::query(
+            "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
+             created_at, updated_at, lease_owner, lease_expires_at, body) \
+             SELECT id, tenant_id, state, previous, store, at, at, owner, lease, body::jsonb \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], \
+             $6::bigint[], $7::text[], $8::bigint[], $9::text[]) \
+             AS r (id, tenant_id, state, previous, store, at, owner, lease, body)",
+        )
+        .bind(&ids)
+        .bind(tenants)
+        .bind(states)
+        .bind(previous)
+        .bind(stores)
+        .bind(times)
+        .bind(owners)
+        .bind(leases)
+        .bind(bodies)
+        .execute(&mut **tx)
+        .await?;
+        let (mut item_runs, mut positions, mut item_tenants, mut item_ids, mut items) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for run in runs {
+            for (position, item) in run.input_items.iter().enumerate() {
+                item_runs.push(run.body.id.as_str());
+                positions.push(position as i64);
+                item_tenants.push(run.tenant_id.as_str());
+                item_ids.push(item.id());
+                items.push(to_json(item)?);
+            }
+        }
+        if items.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) \
+             SELECT response_id, position, tenant_id, item_id, item::jsonb \
+             FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[]) \
+             AS i (response_id, position, tenant_id, item_id, item)",
+        )
+        .bind(item_runs)
+        .bind(positions)
+        .bind(item_tenants)
+        .bind(item_ids)
+        .bind(items)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
     /// Appends events inside a transaction: one statement over six arrays, whatever the
     /// batch's size. Its text never changes, so each connection prepares it once, and the
     /// server parses six parameters instead of six per event.
@@ -82,6 +160,11 @@ impl PostgresStore {
         .await?;
         Ok(())
     }
+}
+
+/// JSON text for a `jsonb` array element.
+fn to_json(value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Database(format!("cannot encode: {e}")))
 }
 
 /// The channel on which appended events are announced, with the response id as payload.

@@ -671,53 +671,16 @@ macro_rules! impl_run_store {
                 }))
             }
 
-            /// Inserts runs with their input items and first events inside a transaction,
-            /// several rows per statement.
+            /// Inserts runs with their input items and first events inside a transaction.
             async fn insert_runs(
                 tx: &mut sqlx::Transaction<'_, $db>,
                 runs: &[&$crate::store::NewRun],
             ) -> Result<(), $crate::store::StoreError> {
-                use sqlx::types::Json;
-                // Ten columns a row: chunks stay under either database's parameter limit.
-                for chunk in runs.chunks($crate::store::sql::INSERT_CHUNK / 2) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
-                         created_at, updated_at, lease_owner, lease_expires_at, body) ",
-                    );
-                    insert.push_values(chunk, |mut row, run| {
-                        row.push_bind(&run.body.id)
-                            .push_bind(&run.tenant_id)
-                            .push_bind(run.state.as_str())
-                            .push_bind(&run.body.previous_response_id)
-                            .push_bind(run.body.store)
-                            .push_bind(run.now_ms)
-                            .push_bind(run.now_ms)
-                            .push_bind(&run.lease_owner)
-                            .push_bind(run.lease_expires_at)
-                            .push_bind(Json(&run.body));
-                    });
-                    insert.build().execute(&mut **tx).await?;
-                }
-                let items: Vec<(&$crate::store::NewRun, usize, &$crate::protocol::items::Item)> = runs
-                    .iter()
-                    .flat_map(|run| run.input_items.iter().enumerate().map(move |(i, item)| (*run, i, item)))
-                    .collect();
-                for chunk in items.chunks($crate::store::sql::INSERT_CHUNK) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
-                    );
-                    insert.push_values(chunk, |mut row, (run, position, item)| {
-                        row.push_bind(&run.body.id)
-                            .push_bind(*position as i64)
-                            .push_bind(&run.tenant_id)
-                            .push_bind(item.id())
-                            .push_bind(Json(*item));
-                    });
-                    insert.build().execute(&mut **tx).await?;
-                }
-                for run in runs {
-                    Self::insert_events(tx, &run.initial_events).await?;
-                }
+                Self::insert_run_rows(tx, runs).await?;
+                // Their first events, all in one go.
+                let events: Vec<$crate::store::EventRecord> =
+                    runs.iter().flat_map(|run| run.initial_events.iter().cloned()).collect();
+                Self::insert_events(tx, &events).await?;
                 Ok(())
             }
         }

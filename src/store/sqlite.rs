@@ -107,6 +107,57 @@ impl SqliteStore {
     fn reads(&self) -> &SqlitePool {
         &self.readers
     }
+    /// Inserts runs and their input items inside a transaction, several rows per statement.
+    async fn insert_run_rows(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        runs: &[&super::NewRun],
+    ) -> Result<(), StoreError> {
+        use sqlx::types::Json;
+        // Ten columns a row: chunks stay under SQLite's parameter limit.
+        for chunk in runs.chunks(super::sql::INSERT_CHUNK / 2) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
+                 created_at, updated_at, lease_owner, lease_expires_at, body) ",
+            );
+            insert.push_values(chunk, |mut row, run| {
+                row.push_bind(&run.body.id)
+                    .push_bind(&run.tenant_id)
+                    .push_bind(run.state.as_str())
+                    .push_bind(&run.body.previous_response_id)
+                    .push_bind(run.body.store)
+                    .push_bind(run.now_ms)
+                    .push_bind(run.now_ms)
+                    .push_bind(&run.lease_owner)
+                    .push_bind(run.lease_expires_at)
+                    .push_bind(Json(&run.body));
+            });
+            insert.build().execute(&mut **tx).await?;
+        }
+        let items: Vec<(&super::NewRun, usize, &crate::protocol::items::Item)> = runs
+            .iter()
+            .flat_map(|run| {
+                run.input_items
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, item)| (*run, i, item))
+            })
+            .collect();
+        for chunk in items.chunks(super::sql::INSERT_CHUNK) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
+            );
+            insert.push_values(chunk, |mut row, (run, position, item)| {
+                row.push_bind(&run.body.id)
+                    .push_bind(*position as i64)
+                    .push_bind(&run.tenant_id)
+                    .push_bind(item.id())
+                    .push_bind(Json(*item));
+            });
+            insert.build().execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+
     /// Appends events inside a transaction, several rows per statement (in chunks under the
     /// parameter limit).
     async fn insert_events(
