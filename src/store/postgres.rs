@@ -74,7 +74,7 @@ impl PostgresStore {
              $6::bigint[], $7::text[], $8::bigint[], $9::text[]) \
              AS r (id, tenant_id, state, previous, store, at, owner, lease, body)",
         )
-        .bind(&ids)
+        .bind(ids)
         .bind(tenants)
         .bind(states)
         .bind(previous)

@@ -556,10 +556,10 @@ macro_rules! impl_run_store {
                 loop {
                     let mut tx = self.writes().begin().await?;
                     let ids: Vec<String> = sqlx::query_scalar($crate::store::sql::prune_runs!())
-                    .bind(runs_before_ms)
-                    .bind(batch)
-                    .fetch_all(&mut *tx)
-                    .await?;
+                        .bind(runs_before_ms)
+                        .bind(batch)
+                        .fetch_all(&mut *tx)
+                        .await?;
                     if !ids.is_empty() {
                         for statement in [
                             "DELETE FROM response_events WHERE response_id IN (",
