@@ -362,7 +362,7 @@ impl Engine {
     /// `POST /v1/responses/{id}/cancel`: stops a queued, running or paused run; a run that
     /// already stopped is returned as it is.
     pub async fn cancel(&self, tenant_id: &str, id: &str) -> Result<ResponseObject, EngineError> {
-        let run = self.get_run(tenant_id, id).await?;
+        let mut run = self.get_run(tenant_id, id).await?;
         if run.state.is_final() {
             return Ok(run.body);
         }
@@ -374,7 +374,12 @@ impl Engine {
         if let Some(mut stopped) = live {
             // The run closes its items, stops its model stream and tools, and stores itself.
             let _ = tokio::time::timeout(CANCEL_WAIT, stopped.wait_for(|done| *done)).await;
-            return Ok(self.get_run(tenant_id, id).await?.body);
+            run = self.get_run(tenant_id, id).await?;
+            // A run that had paused when the cancel came (its task was still finishing) is
+            // cancelled in the store below, like any paused run.
+            if run.state != RunState::RequiresAction {
+                return Ok(run.body);
+            }
         }
         // Paused, or executing nowhere (its instance is gone): cancel it in the store.
         let mut body = run.body.clone();
