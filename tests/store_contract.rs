@@ -683,6 +683,90 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_in_one_go
 }
 
 #[tokio::test]
+async fn a_run_inserted_and_ended_in_one_batch_is_stored_ended_and_a_missing_run_is_not_found() {
+    for b in backends().await {
+        let backend = b.store.backend();
+        let (quick, missing) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
+        let mut run = new_run(&quick, 1, "a", 10);
+        run.initial_events = vec![event(&quick, 0)];
+        let mut done = body(&quick);
+        done.status = ResponseStatus::Failed;
+        let ending = |id: &str| store::RunEnding {
+            id: id.into(),
+            to: RunState::Failed,
+            body: done.clone(),
+            transcript: vec![message("partial")],
+            expires_at: None,
+            owner: "a".into(),
+            now_ms: 3_000,
+        };
+        let endings = [ending(&quick), ending(&missing)];
+        let events = [event(&quick, 1)];
+        let batch = store::WriteBatch {
+            runs: vec![&run],
+            events: &events,
+            endings: endings.iter().collect(),
+        };
+        let results = b.store.write_batch(&batch).await.unwrap();
+        assert!(results[0].is_ok(), "{backend}: {:?}", results[0]);
+        assert!(
+            matches!(results[1], Err(StoreError::NotFound)),
+            "{backend}: {:?}",
+            results[1]
+        );
+        let stored = b
+            .store
+            .get_run(store::DEFAULT_TENANT, &quick)
+            .await
+            .unwrap();
+        assert_eq!(stored.state, RunState::Failed, "{backend}");
+        assert_eq!(stored.transcript, endings[0].transcript, "{backend}");
+        assert_eq!(stored.lease_owner, None, "{backend}");
+        let logged: Vec<u64> = b
+            .store
+            .events_after(&quick, None, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.sequence_number)
+            .collect();
+        assert_eq!(logged, [0, 1], "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn appended_events_are_announced_to_listeners_where_the_backend_has_them() {
+    for b in backends().await {
+        let backend = b.store.backend();
+        let Some(mut announced) = b.store.appended_events().await.unwrap() else {
+            // SQLite: one process owns the file, and its hub knows what it appends.
+            assert_eq!(backend, "sqlite");
+            continue;
+        };
+        let run = new_run(&ids::new(ids::RESPONSE), 0, "a", 10);
+        let id = run.body.id.clone();
+        let events = [event(&id, 0), event(&id, 1)];
+        let batch = store::WriteBatch {
+            runs: vec![&run],
+            events: &events,
+            endings: Vec::new(),
+        };
+        b.store.write_batch(&batch).await.unwrap();
+        // Other tests share the database: their runs may be announced too.
+        let heard = async {
+            while let Some(announced) = futures_util::StreamExt::next(&mut announced).await {
+                if announced == id {
+                    return true;
+                }
+            }
+            false
+        };
+        let heard = tokio::time::timeout(std::time::Duration::from_secs(5), heard).await;
+        assert_eq!(heard, Ok(true), "{backend}: {id} was not announced");
+    }
+}
+
+#[tokio::test]
 async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded() {
     for b in backends().await {
         let (hub, writer) = switchyard::engine::hub::EventHub::start(b.store.clone(), 64);

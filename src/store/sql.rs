@@ -154,22 +154,7 @@ macro_rules! impl_run_store {
                 if batch.runs.is_empty() && batch.events.is_empty() && batch.endings.is_empty() {
                     return Ok(Vec::new());
                 }
-                let mut conn = self.writes().acquire().await?;
-                self.before_write(&mut conn).await?;
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                Self::insert_runs(&mut tx, &batch.runs).await?;
-                Self::insert_events(&mut tx, batch.events).await?;
-                // Tells other instances following these runs (delivered on commit).
-                Self::announce_events(&mut tx, batch.events).await?;
-                let mut results = Vec::with_capacity(batch.endings.len());
-                for ending in &batch.endings {
-                    let from = $crate::store::RunState::InProgress;
-                    let update = ending.update();
-                    let result = Self::compare_and_set(&mut tx, &ending.id, from, ending.to, &update);
-                    results.push(result.await?);
-                }
-                tx.commit().await?;
-                Ok(results)
+                self.commit_batch(batch).await
             }
 
             async fn get_run(
@@ -669,19 +654,6 @@ macro_rules! impl_run_store {
                         actual: $crate::store::sql::parse_state(&state)?,
                     },
                 }))
-            }
-
-            /// Inserts runs with their input items and first events inside a transaction.
-            async fn insert_runs(
-                tx: &mut sqlx::Transaction<'_, $db>,
-                runs: &[&$crate::store::NewRun],
-            ) -> Result<(), $crate::store::StoreError> {
-                Self::insert_run_rows(tx, runs).await?;
-                // Their first events, all in one go.
-                let events: Vec<$crate::store::EventRecord> =
-                    runs.iter().flat_map(|run| run.initial_events.iter().cloned()).collect();
-                Self::insert_events(tx, &events).await?;
-                Ok(())
             }
         }
     };

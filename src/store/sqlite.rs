@@ -235,12 +235,41 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// One process owns an SQLite file: its hub already knows what it appends.
-    async fn announce_events(
-        _: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-        _: &[super::EventRecord],
+    /// The event writer's batch, as a transaction: new runs, events, then the endings'
+    /// compare-and-sets one by one. Each statement is a round trip to the connection's worker
+    /// thread, not over a network.
+    async fn commit_batch(
+        &self,
+        batch: &super::WriteBatch<'_>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut conn = self.writes().acquire().await?;
+        self.before_write(&mut conn).await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        Self::insert_runs(&mut tx, &batch.runs).await?;
+        Self::insert_events(&mut tx, batch.events).await?;
+        let mut results = Vec::with_capacity(batch.endings.len());
+        for ending in &batch.endings {
+            let update = ending.update();
+            let from = super::RunState::InProgress;
+            let result = Self::compare_and_set(&mut tx, &ending.id, from, ending.to, &update);
+            results.push(result.await?);
+        }
+        tx.commit().await?;
+        Ok(results)
+    }
+
+    /// Inserts runs with their input items and first events inside a transaction.
+    async fn insert_runs(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        runs: &[&super::NewRun],
     ) -> Result<(), StoreError> {
-        Ok(())
+        Self::insert_run_rows(tx, runs).await?;
+        // Their first events, all in one go.
+        let events: Vec<super::EventRecord> = runs
+            .iter()
+            .flat_map(|run| run.initial_events.iter().cloned())
+            .collect();
+        Self::insert_events(tx, &events).await
     }
 
     async fn notifications(&self) -> Result<Option<super::NotificationStream>, StoreError> {
