@@ -332,8 +332,10 @@ impl RunTask {
             return ending;
         }
         let max_turns = self.limits.max_turns.max(1);
+        // Results of server calls not saved yet: saved while the next turn's request goes out.
+        let mut unsaved = false;
         for turn in 1..=max_turns {
-            let turn_result = match self.model_turn().await {
+            let turn_result = match self.model_turn(std::mem::take(&mut unsaved)).await {
                 Ok(turn) => turn,
                 Err(ending) => return ending,
             };
@@ -342,11 +344,10 @@ impl RunTask {
                 Err(ending) => return ending,
             };
             self.transcript.push(Item::TurnEnd(TurnEnd::default()));
-            // Server calls ran: their results are saved before the next turn. A turn without
-            // them ends the run, and the ending saves everything.
-            if !presented.is_empty() && !self.checkpoint(None).await {
-                return Ending::Lost;
-            }
+            // Server calls ran: their results are saved with the next turn's request (nothing
+            // the model does has effects before its calls are saved). Any other way on ends the
+            // run, and the ending saves everything.
+            unsaved = !presented.is_empty();
             if self.limits.on_error == ToolErrorPolicy::Fail
                 && let Some(failed) = presented
                     .iter()
@@ -393,8 +394,9 @@ impl RunTask {
     }
 
     /// Streams one model turn: text and client calls live, server calls started as soon as
-    /// their arguments are complete.
-    async fn model_turn(&mut self) -> Result<Turn, Ending> {
+    /// their arguments are complete. With `save_first`, the run's progress is checkpointed
+    /// while the request goes out.
+    async fn model_turn(&mut self, save_first: bool) -> Result<Turn, Ending> {
         // In a block: the request is not kept for the rest of the turn.
         let (stored, stream) = {
             let mut request = self.request.clone();
@@ -407,7 +409,10 @@ impl RunTask {
                     started = self.client.stream(&request) => Some(started),
                 }
             };
-            tokio::join!(Admission::settle(admission), started)
+            let saved = async { !save_first || self.checkpoint(None).await };
+            let (stored, saved, started) =
+                tokio::join!(Admission::settle(admission), saved, started);
+            (stored && saved, started)
         };
         if !stored {
             return Err(Ending::Lost);
@@ -635,7 +640,7 @@ impl RunTask {
     /// Saves the run's progress: its transcript, and the server calls of `turn` dispatched
     /// so far (as in-progress `mcp_call` items). `false` when the run is no longer this
     /// instance's to execute.
-    async fn checkpoint(&mut self, turn: Option<&Turn>) -> bool {
+    async fn checkpoint(&self, turn: Option<&Turn>) -> bool {
         let mut transcript = self.transcript.clone();
         for call in turn.map(|t| t.calls.calls.as_slice()).unwrap_or_default() {
             transcript.push(Item::McpCall(running_item(call)));
