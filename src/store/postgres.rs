@@ -1,5 +1,6 @@
 //! PostgreSQL: the shared database for deployments with several instances.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -60,20 +61,27 @@ impl PostgresStore {
         // A run inserted by this batch is not yet there for the statement's own update (its
         // parts see the database as it was before it): such a run's ending, when it comes in
         // the same batch, needs a second statement, in one transaction with the first.
-        let inserted_here = |ending: &&RunEnding| batch.runs.iter().any(|r| r.body.id == ending.id);
-        let ended = if batch.endings.iter().any(inserted_here) {
+        let inserted_here = !batch.endings.is_empty() && {
+            let inserted: HashSet<&str> = batch.runs.iter().map(|r| r.body.id.as_str()).collect();
+            batch
+                .endings
+                .iter()
+                .any(|e| inserted.contains(e.id.as_str()))
+        };
+        let ended: HashSet<String> = if inserted_here {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             Self::write_rows(&mut tx, &batch.runs, batch.events, &[]).await?;
             let ended = Self::write_rows(&mut tx, &[], &[], &batch.endings).await?;
             tx.commit().await?;
-            ended
+            ended.into_iter().collect()
         } else {
-            Self::write_rows(&mut conn, &batch.runs, batch.events, &batch.endings).await?
+            let ended = Self::write_rows(&mut conn, &batch.runs, batch.events, &batch.endings);
+            ended.await?.into_iter().collect()
         };
         let missed: Vec<&str> = batch
             .endings
             .iter()
-            .filter(|e| !ended.contains(&e.id))
+            .filter(|e| !ended.contains(e.id.as_str()))
             .map(|e| e.id.as_str())
             .collect();
         // Why an ending did not apply: looked up only when one did not.
@@ -89,7 +97,7 @@ impl PostgresStore {
             .endings
             .iter()
             .map(|ending| {
-                if ended.contains(&ending.id) {
+                if ended.contains(ending.id.as_str()) {
                     return Ok(());
                 }
                 match states.iter().find(|(id, _)| *id == ending.id) {

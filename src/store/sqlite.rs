@@ -107,6 +107,7 @@ impl SqliteStore {
     fn reads(&self) -> &SqlitePool {
         &self.readers
     }
+
     /// Inserts runs and their input items inside a transaction, several rows per statement.
     async fn insert_run_rows(
         tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
