@@ -3,9 +3,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
 
 use super::sql::impl_run_store;
 use super::{EventRecord, NewRun, RunEnding, StoreError, WriteBatch};
@@ -34,8 +35,8 @@ impl PostgresStore {
         Ok(PostgresStore { pool })
     }
 
-    fn writes(&self) -> &PgPool {
-        &self.pool
+    async fn writes(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+        Ok(self.pool.acquire().await?)
     }
 
     fn reads(&self) -> &PgPool {

@@ -124,7 +124,8 @@ macro_rules! impl_run_store {
                 &self,
                 run: &$crate::store::NewRun,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.writes().begin().await?;
+                let mut conn = self.writes().await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 if let Some(idempotency) = &run.idempotency {
                     let recorded = sqlx::query(
                         "INSERT INTO idempotency_keys (tenant_id, key, request_hash, response_id, created_at) \
@@ -184,10 +185,11 @@ macro_rules! impl_run_store {
                 use sqlx::types::Json;
                 if update.append_input.is_empty() {
                     // One statement is atomic: no transaction, two round trips fewer.
-                    let mut conn = self.writes().acquire().await?;
+                    let mut conn = self.writes().await?;
                     return Self::compare_and_set(&mut conn, id, from, to, update).await?;
                 }
-                let mut tx = self.writes().begin().await?;
+                let mut conn = self.writes().await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 // The UPDATE comes first so SQLite takes the write lock at once.
                 Self::compare_and_set(&mut tx, id, from, to, update).await??;
                 let (tenant_id, next): (String, i64) = sqlx::query_as(
@@ -355,7 +357,8 @@ macro_rules! impl_run_store {
                 tenant_id: &str,
                 id: &str,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.writes().begin().await?;
+                let mut conn = self.writes().await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 let deleted = sqlx::query("DELETE FROM responses WHERE tenant_id = $1 AND id = $2")
                     .bind(tenant_id)
                     .bind(id)
@@ -397,7 +400,7 @@ macro_rules! impl_run_store {
                 .bind(lease_expires_at)
                 .bind(now_ms)
                 .bind(i64::from(limit))
-                .fetch_all(self.writes())
+                .fetch_all(&mut *self.writes().await?)
                 .await?;
                 rows.into_iter().map(TryInto::try_into).collect()
             }
@@ -419,7 +422,7 @@ macro_rules! impl_run_store {
                 .bind(now_ms)
                 .bind(id)
                 .bind(owner)
-                .execute(self.writes())
+                .execute(&mut *self.writes().await?)
                 .await?
                 .rows_affected();
                 if updated == 1 {
@@ -446,7 +449,7 @@ macro_rules! impl_run_store {
                 ))
                 .bind(until_ms)
                 .bind(owner)
-                .execute(self.writes())
+                .execute(&mut *self.writes().await?)
                 .await?
                 .rows_affected())
             }
@@ -488,7 +491,7 @@ macro_rules! impl_run_store {
                 .bind(lease_expires_at)
                 .bind(id)
                 .bind(now_ms)
-                .execute(self.writes())
+                .execute(&mut *self.writes().await?)
                 .await?
                 .rows_affected();
                 Ok(claimed == 1)
@@ -539,7 +542,8 @@ macro_rules! impl_run_store {
                 let batch = $crate::store::sql::PRUNE_BATCH;
                 let mut runs = 0;
                 loop {
-                    let mut tx = self.writes().begin().await?;
+                    let mut conn = self.writes().await?;
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                     let ids: Vec<String> = sqlx::query_scalar($crate::store::sql::prune_runs!())
                         .bind(runs_before_ms)
                         .bind(batch)
@@ -573,7 +577,7 @@ macro_rules! impl_run_store {
                     )
                     .bind(keys_before_ms)
                     .bind(batch)
-                    .execute(self.writes())
+                    .execute(&mut *self.writes().await?)
                     .await?
                     .rows_affected();
                     keys += deleted;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, SqlitePool};
+use sqlx::{ConnectOptions, SqliteConnection, SqlitePool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +22,9 @@ use super::StoreError;
 use super::sql::impl_run_store;
 
 pub struct SqliteStore {
-    writer: SqlitePool,
+    /// The one writing connection, outside any pool: a pool pings a connection on its worker
+    /// thread each time it is given back, one more round trip after every write.
+    writer: tokio::sync::Mutex<SqliteConnection>,
     readers: SqlitePool,
     /// For the checkpointer's own connection.
     options: SqliteConnectOptions,
@@ -70,38 +72,35 @@ impl SqliteStore {
                 StoreError::Database(format!("cannot create {}: {e}", parent.display()))
             })?;
         }
+        let mut writer = options
+            .clone()
+            .pragma("wal_autocheckpoint", WRITER_CHECKPOINT_PAGES.to_string())
+            .connect()
+            .await?;
+        Self::MIGRATOR
+            .run(&mut writer)
+            .await
+            .map_err(|e| StoreError::Database(format!("migrations failed: {e}")))?;
         // Each statement is a round trip to the connection's worker thread; the pool's check
         // before handing a connection out would add one more, and an in-process connection
         // cannot go stale.
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .connect_with(
-                options
-                    .clone()
-                    .pragma("wal_autocheckpoint", WRITER_CHECKPOINT_PAGES.to_string()),
-            )
-            .await?;
-        Self::MIGRATOR
-            .run(&writer)
-            .await
-            .map_err(|e| StoreError::Database(format!("migrations failed: {e}")))?;
         let readers = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))
             .test_before_acquire(false)
             .connect_with(options.clone().read_only(true))
             .await?;
         Ok(SqliteStore {
-            writer,
+            writer: tokio::sync::Mutex::new(writer),
             readers,
             options,
             log: LogState::default(),
         })
     }
 
-    fn writes(&self) -> &SqlitePool {
+    /// The writing connection, waited for (one write at a time).
+    async fn writes(&self) -> Result<tokio::sync::MutexGuard<'_, SqliteConnection>, StoreError> {
         self.log.written.notify_one();
-        &self.writer
+        Ok(self.writer.lock().await)
     }
 
     fn reads(&self) -> &SqlitePool {
@@ -243,7 +242,7 @@ impl SqliteStore {
         &self,
         batch: &super::WriteBatch<'_>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let mut conn = self.writes().acquire().await?;
+        let mut conn = self.writes().await?;
         self.before_write(&mut conn).await?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         Self::insert_runs(&mut tx, &batch.runs).await?;
