@@ -99,6 +99,7 @@ fn event(id: &str, n: u64) -> EventRecord {
             r#"{{"type":"response.output_text.delta","sequence_number":{n}}}"#
         )),
         created_at: 5,
+        ends_run: false,
     }
 }
 
@@ -790,6 +791,47 @@ async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded(
             "{}",
             b.store.backend()
         );
+        writer.finish(hub).await;
+    }
+}
+
+#[tokio::test]
+async fn a_live_stream_stops_at_the_runs_last_event_but_looks_for_more_after_a_pause() {
+    use futures_util::StreamExt;
+    for b in backends().await {
+        let (hub, writer) = switchyard::engine::hub::EventHub::start(b.store.clone(), 64);
+        for ends_run in [true, false] {
+            let id = ids::new(ids::RESPONSE);
+            hub.insert_run(new_run(&id, 0, "a", 10)).await.unwrap();
+            let response_id: Arc<str> = Arc::from(id.as_str());
+            let live = hub.open(&response_id);
+            let events = hub.follow_new(response_id.clone());
+            // Stored behind the stream's back, as a resumed run's next event would be.
+            b.store.append_events(&[event(&id, 2)]).await.unwrap();
+            hub.send(Arc::new(event(&id, 0))).await;
+            let terminal = EventRecord {
+                event_type: Cow::Borrowed("response.completed"),
+                ends_run,
+                ..event(&id, 1)
+            };
+            hub.send(Arc::new(terminal)).await;
+            // A pause's stream goes on with what the store holds after it: three events are
+            // taken. The run's last event ends the stream by itself.
+            let limit = if ends_run { usize::MAX } else { 3 };
+            let backend = b.store.backend();
+            let seen: Vec<u64> = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                events
+                    .take(limit)
+                    .map(|e| e.unwrap().sequence_number)
+                    .collect(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{backend}: the stream did not end (ends_run {ends_run})"));
+            let expected: Vec<u64> = if ends_run { vec![0, 1] } else { vec![0, 1, 2] };
+            assert_eq!(seen, expected, "{backend}, ends_run {ends_run}");
+            live.close().await;
+        }
         writer.finish(hub).await;
     }
 }

@@ -57,6 +57,7 @@ impl EventEmitter {
             event_type: Cow::Borrowed(event.kind()),
             data: Arc::from(event.to_json(sequence_number)),
             created_at: crate::engine::now_ms(),
+            ends_run: event.ends_run(),
         }
     }
 

@@ -421,6 +421,8 @@ impl Follower {
     fn deliver(&mut self, event: Arc<EventRecord>) -> Arc<EventRecord> {
         self.next = event.sequence_number + 1;
         self.after_terminal = is_terminal(&event.event_type) && self.buffer.is_empty();
+        // Nothing can follow the run's last event: no need to look in the store for more.
+        self.ended |= event.ends_run;
         event
     }
 }

@@ -139,6 +139,18 @@ pub struct ErrorDetail {
 }
 
 impl Event {
+    /// Whether the event is the run's last for good: it stopped, without waiting for the
+    /// client (a pause's `response.completed` has a `required_action`, and the log goes on
+    /// once the client answers).
+    pub fn ends_run(&self) -> bool {
+        match self {
+            Event::Completed { response }
+            | Event::Failed { response }
+            | Event::Incomplete { response } => response.required_action.is_none(),
+            _ => false,
+        }
+    }
+
     /// The `type` field, also used as the SSE `event:` name.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -212,6 +212,10 @@ pub struct EventRecord {
     /// The event's JSON text, serialised once.
     pub data: Arc<str>,
     pub created_at: i64,
+    /// The run's last event for good (see `Event::ends_run`): readers following it live stop
+    /// there instead of looking in the store for more. Known only as the event is emitted;
+    /// an event read back from the store says `false`.
+    pub ends_run: bool,
 }
 
 /// One page of `input_items`.

@@ -70,6 +70,7 @@ impl From<EventRow> for EventRecord {
             event_type: Cow::Owned(row.event_type),
             data: Arc::from(row.data),
             created_at: row.created_at,
+            ends_run: false,
         }
     }
 }

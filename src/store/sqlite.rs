@@ -353,6 +353,7 @@ mod tests {
                     event_type: Cow::Borrowed("response.output_text.delta"),
                     data: data.clone(),
                     created_at: 0,
+                    ends_run: false,
                 })
                 .collect();
             let batch = WriteBatch {
