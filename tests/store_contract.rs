@@ -684,6 +684,39 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_in_one_go
 }
 
 #[tokio::test]
+async fn a_write_batch_of_events_alone_is_written_whole_or_not_at_all() {
+    for b in backends().await {
+        let backend = b.store.backend();
+        let id = ids::new(ids::RESPONSE);
+        let run = new_run(&id, 0, "a", 10);
+        let first = [event(&id, 0)];
+        let inserted = store::WriteBatch {
+            runs: vec![&run],
+            events: &first,
+            endings: Vec::new(),
+        };
+        b.store.write_batch(&inserted).await.unwrap();
+        // The last event is already stored: the batch fails, and its other events are not
+        // written either.
+        let clashing = [event(&id, 1), event(&id, 2), event(&id, 0)];
+        let batch = store::WriteBatch {
+            events: &clashing,
+            ..Default::default()
+        };
+        assert!(b.store.write_batch(&batch).await.is_err(), "{backend}");
+        let stored = b.store.events_after(&id, None, 10).await.unwrap();
+        assert_eq!(stored.len(), 1, "{backend}");
+        let batch = store::WriteBatch {
+            events: &clashing[..2],
+            ..Default::default()
+        };
+        assert!(b.store.write_batch(&batch).await.unwrap().is_empty());
+        let stored = b.store.events_after(&id, None, 10).await.unwrap();
+        assert_eq!(stored.len(), 3, "{backend}");
+    }
+}
+
+#[tokio::test]
 async fn a_run_inserted_and_ended_in_one_batch_is_stored_ended_and_a_missing_run_is_not_found() {
     for b in backends().await {
         let backend = b.store.backend();
