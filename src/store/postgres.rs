@@ -35,6 +35,7 @@ impl PostgresStore {
         Ok(PostgresStore { pool })
     }
 
+    /// A connection for writing (any of the pool's).
     async fn writes(&self) -> Result<PoolConnection<Postgres>, StoreError> {
         Ok(self.pool.acquire().await?)
     }
@@ -58,7 +59,7 @@ impl PostgresStore {
         &self,
         batch: &WriteBatch<'_>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.writes().await?;
         // A run inserted by this batch is not yet there for the statement's own update (its
         // parts see the database as it was before it): such a run's ending, when it comes in
         // the same batch, needs a second statement, in one transaction with the first.
