@@ -1,0 +1,68 @@
+//! Properties of the migrated schema that no amount of data should change. On SQLite, and on
+//! PostgreSQL when `TEST_DATABASE_URL` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use sqlx::{Connection, Row};
+use switchyard::store;
+
+/// The store's statements that find one run by its tenant and id.
+const LOOKUPS_BY_ID: [&str; 2] = [
+    "SELECT tenant_id, state, body, transcript, lease_owner, lease_expires_at, expires_at, \
+     updated_at FROM responses WHERE tenant_id = $1 AND id = $2",
+    "DELETE FROM responses WHERE tenant_id = $1 AND id = $2",
+];
+
+#[tokio::test]
+async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_table_was_empty() {
+    for (url, _dir) in database_urls().await {
+        // Migrates the new database; its tables are empty.
+        store::connect(&url, 1).await.unwrap();
+        for statement in LOOKUPS_BY_ID {
+            let plan = if url.starts_with("postgres") {
+                // The plan a connection keeps for a prepared statement after its first
+                // executions, until an ANALYZE of the table replaces it.
+                let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+                sqlx::query("SET plan_cache_mode = force_generic_plan")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                sqlx::query(&format!("PREPARE lookup (text, text) AS {statement}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                let rows = sqlx::query("EXPLAIN EXECUTE lookup ('default', 'resp_x')")
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap();
+                rows.iter()
+                    .map(|row| row.get::<String, _>(0))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            } else {
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
+                    .bind("default")
+                    .bind("resp_x")
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap();
+                rows.iter()
+                    .map(|row| row.get::<String, _>("detail"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            let by_key = if url.starts_with("postgres") {
+                "Index Cond: (id = $2)"
+            } else {
+                "USING INDEX sqlite_autoindex_responses_1 (id=?)"
+            };
+            assert!(
+                plan.contains(by_key),
+                "{url}: `{statement}` is planned as\n{plan}"
+            );
+        }
+    }
+}
