@@ -37,21 +37,26 @@ pub enum CallEvent {
 
 pub struct TurnCalls {
     pub calls: Vec<ServerCall>,
+    max_concurrency: usize,
+    /// Made with the first call: most turns have none, and every open run holds its turn
+    /// (a channel alone is over 2 KiB).
+    running: Option<Running>,
+}
+
+/// The calls' tasks and the channel their progress comes back on.
+struct Running {
     tasks: JoinSet<()>,
     events: mpsc::UnboundedSender<CallEvent>,
-    pub receiver: mpsc::UnboundedReceiver<CallEvent>,
+    receiver: mpsc::UnboundedReceiver<CallEvent>,
     limit: Arc<Semaphore>,
 }
 
 impl TurnCalls {
     pub fn new(max_concurrency: usize) -> TurnCalls {
-        let (events, receiver) = mpsc::unbounded_channel();
         TurnCalls {
             calls: Vec::new(),
-            tasks: JoinSet::new(),
-            events,
-            receiver,
-            limit: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            max_concurrency,
+            running: None,
         }
     }
 
@@ -59,6 +64,27 @@ impl TurnCalls {
     pub fn add(&mut self, call: ServerCall) -> usize {
         self.calls.push(call);
         self.calls.len() - 1
+    }
+
+    /// The next progress of a call; `None` once no call can send any (or there are none).
+    pub async fn next_event(&mut self) -> Option<CallEvent> {
+        match &mut self.running {
+            Some(running) => running.receiver.recv().await,
+            None => None,
+        }
+    }
+
+    fn running(&mut self) -> &mut Running {
+        let max_concurrency = self.max_concurrency;
+        self.running.get_or_insert_with(|| {
+            let (events, receiver) = mpsc::unbounded_channel();
+            Running {
+                tasks: JoinSet::new(),
+                events,
+                receiver,
+                limit: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            }
+        })
     }
 
     /// Starts executing a call now; returns its slot.
@@ -76,10 +102,11 @@ impl TurnCalls {
     /// Starts executing the call in `slot`.
     pub fn run(&mut self, slot: usize, tool: Arc<RegisteredTool>, context: ToolContext) {
         let arguments = self.calls[slot].arguments.clone();
-        let events = self.events.clone();
-        let limit = self.limit.clone();
+        let running = self.running();
+        let events = running.events.clone();
+        let limit = running.limit.clone();
         // The set aborts unfinished calls when the turn is dropped (cancel, shutdown).
-        self.tasks.spawn(async move {
+        running.tasks.spawn(async move {
             let Ok(_permit) = limit.acquire_owned().await else {
                 return;
             };
@@ -102,7 +129,7 @@ impl TurnCalls {
 
     /// Ends the call in `slot` without executing it.
     pub fn fail(&mut self, slot: usize, result: ToolResult) {
-        let _ = self.events.send(CallEvent::Done(slot, result));
+        let _ = self.running().events.send(CallEvent::Done(slot, result));
     }
 }
 

@@ -998,7 +998,7 @@ impl RunTask {
                     self.transcript.extend(items.into_iter().flatten());
                     return Err(self.stop_ending());
                 }
-                event = calls.receiver.recv() => event,
+                event = calls.next_event() => event,
             };
             let slot = match event {
                 Some(CallEvent::Output(slot, text)) => {
