@@ -5,6 +5,7 @@
 #   BENCH_REATTACHES (default 500)  BENCH_SECONDS per load step (default 10)
 #   BENCH_RATE open-loop runs/s (default 500)  BENCH_CONCURRENCY closed-loop runs at once (default 32)
 #   BENCH_PAUSE_RUNS runs per pause line (default 300)  BENCH_IDLE_STREAMS streams held open (default 10000)
+#   BENCH_BACKENDS which backends, in order (default "sqlite postgres")
 #   PGHOST/PGPORT/PGUSER (default 127.0.0.1/5432/postgres)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,6 +16,7 @@ RATE="${BENCH_RATE:-500}"
 CONCURRENCY="${BENCH_CONCURRENCY:-32}"
 PAUSE_RUNS="${BENCH_PAUSE_RUNS:-300}"
 IDLE_STREAMS="${BENCH_IDLE_STREAMS:-10000}"
+BACKENDS="${BENCH_BACKENDS:-sqlite postgres}"
 PGHOST="${PGHOST:-127.0.0.1}"; PGPORT="${PGPORT:-5432}"; PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d)"
 pids=()
@@ -144,11 +146,18 @@ instructions_on() {
 }
 
 echo "## switchyard benchmarks — $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m); generator, fake upstream and service on one machine"
-bench_on sqlite "sqlite://$work/bench.db"
-if pg_isready -h "$PGHOST" -p "$PGPORT" -q 2>/dev/null; then
-  pgdb="switchyard_bench_$$"
-  psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d test -qc "CREATE DATABASE $pgdb"
-  bench_on postgres "postgres://$PGUSER@$PGHOST:$PGPORT/$pgdb"
-else
-  echo; echo "(PostgreSQL not reachable on $PGHOST:$PGPORT: skipped)"
-fi
+for backend in $BACKENDS; do
+  case "$backend" in
+    sqlite) bench_on sqlite "sqlite://$work/bench.db" ;;
+    postgres)
+      if pg_isready -h "$PGHOST" -p "$PGPORT" -q 2>/dev/null; then
+        pgdb="switchyard_bench_$$"
+        psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d test -qc "CREATE DATABASE $pgdb"
+        bench_on postgres "postgres://$PGUSER@$PGHOST:$PGPORT/$pgdb"
+      else
+        echo; echo "(PostgreSQL not reachable on $PGHOST:$PGPORT: skipped)"
+      fi
+      ;;
+    *) echo "unknown backend in BENCH_BACKENDS: $backend" >&2; exit 2 ;;
+  esac
+done

@@ -66,3 +66,48 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
         }
     }
 }
+
+#[tokio::test]
+async fn a_statement_is_planned_for_the_table_as_it_is_not_as_it_was_when_first_prepared() {
+    let Some(url) = fresh_postgres_url().await else {
+        return;
+    };
+    store::connect(&url, 1).await.unwrap();
+    // A connection as the service makes them.
+    let options = store::postgres::PostgresStore::connect_options(&url).unwrap();
+    let mut conn = sqlx::PgConnection::connect_with(&options).await.unwrap();
+    // The shape of the writer's update of runs' endings.
+    sqlx::query(
+        "PREPARE ending (text[], bigint[]) AS UPDATE responses SET updated_at = e.at \
+         FROM UNNEST($1, $2) AS e (id, at) \
+         WHERE responses.id = e.id AND responses.state = 'in_progress'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    // Used while the table is empty: enough executions for a plan kept for good.
+    for _ in 0..8 {
+        sqlx::query("EXECUTE ending (ARRAY['resp_x'], ARRAY[1::bigint])")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO responses (id, tenant_id, state, store, created_at, updated_at, body) \
+         SELECT 'resp_' || n, 'default', 'completed', true, n, n, '{}' \
+         FROM generate_series(1, 20000) AS n",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let plan: Vec<String> =
+        sqlx::query("EXPLAIN EXECUTE ending (ARRAY['resp_x'], ARRAY[1::bigint])")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<String, _>(0))
+            .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("responses_pkey"), "{plan}");
+}
