@@ -54,6 +54,15 @@ target/release/fake-llm --listen 127.0.0.1:0 --deltas 2 --inter-token-ms 30000 >
 pids+=($!)
 slow="http://$(address_in "$work/slow.log" "listening on http://")/v1"
 
+# PostgreSQL's autovacuum analyzes and vacuums tables as they change; where a server runs without
+# it (this machine's does), the tables are analyzed and vacuumed after each loaded line instead,
+# as autovacuum would have, so that the figures are those of a maintained database.
+upkeep() {
+  local label=$1
+  [[ "$label" == postgres && "${autovacuum:-on}" != on ]] || return 0
+  psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d "$pgdb" -qc "VACUUM (ANALYZE)" > /dev/null
+}
+
 bench_on() {
   local label=$1 url=$2
   # Streams held open need a descriptor each (and the generator one per stream).
@@ -71,8 +80,10 @@ bench_on() {
   local load=(--duration-s "$SECONDS_PER_STEP")
   target/release/switchyard-bench load --base "$upstream" --target upstream --concurrency "$CONCURRENCY" "${load[@]}"
   target/release/switchyard-bench load --base "http://$address" --target switchyard --concurrency "$CONCURRENCY" --pid "$pid" "${load[@]}"
+  upkeep "$label"
   target/release/switchyard-bench load --base "$upstream" --target upstream --rate "$RATE" "${load[@]}"
   target/release/switchyard-bench load --base "http://$address" --target switchyard --rate "$RATE" --pid "$pid" "${load[@]}"
+  upkeep "$label"
   echo
   echo "### tools on $label: three model turns with two current_time calls each, then 20 deltas; one run at a time"
   echo
@@ -153,6 +164,8 @@ for backend in $BACKENDS; do
       if pg_isready -h "$PGHOST" -p "$PGPORT" -q 2>/dev/null; then
         pgdb="switchyard_bench_$$"
         psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d test -qc "CREATE DATABASE $pgdb"
+        autovacuum="$(psql -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d test -Atc "SHOW autovacuum")"
+        [[ "$autovacuum" == on ]] || { echo; echo "(PostgreSQL's autovacuum is off on this server: bench/run.sh runs VACUUM (ANALYZE) after each loaded line in its stead)"; }
         bench_on postgres "postgres://$PGUSER@$PGHOST:$PGPORT/$pgdb"
       else
         echo; echo "(PostgreSQL not reachable on $PGHOST:$PGPORT: skipped)"
