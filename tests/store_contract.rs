@@ -717,6 +717,56 @@ async fn a_write_batch_of_events_alone_is_written_whole_or_not_at_all() {
 }
 
 #[tokio::test]
+async fn a_write_batch_of_new_runs_alone_is_written_whole_or_not_at_all() {
+    for b in backends().await {
+        let backend = b.store.backend();
+        let taken = ids::new(ids::RESPONSE);
+        let first = new_run(&taken, 1, "a", 10);
+        let batch = store::WriteBatch {
+            runs: vec![&first],
+            ..Default::default()
+        };
+        assert!(b.store.write_batch(&batch).await.unwrap().is_empty());
+        // The second run's id is taken: the batch fails, and neither the first run nor its
+        // items are written.
+        let fresh = ids::new(ids::RESPONSE);
+        let (run, again) = (new_run(&fresh, 3, "a", 10), new_run(&taken, 2, "a", 10));
+        let batch = store::WriteBatch {
+            runs: vec![&run, &again],
+            ..Default::default()
+        };
+        assert!(b.store.write_batch(&batch).await.is_err(), "{backend}");
+        assert!(
+            matches!(
+                b.store.get_run(store::DEFAULT_TENANT, &fresh).await,
+                Err(StoreError::NotFound)
+            ),
+            "{backend}"
+        );
+        let items = b.store.input_items(store::DEFAULT_TENANT, &fresh).await;
+        assert!(items.unwrap_or_default().is_empty(), "{backend}");
+        // Alone, it is written with its items, in order and unchanged.
+        let batch = store::WriteBatch {
+            runs: vec![&run],
+            ..Default::default()
+        };
+        assert!(b.store.write_batch(&batch).await.unwrap().is_empty());
+        let stored = b
+            .store
+            .get_run(store::DEFAULT_TENANT, &fresh)
+            .await
+            .unwrap();
+        assert_eq!(stored.body, run.body, "{backend}");
+        let items = b
+            .store
+            .input_items(store::DEFAULT_TENANT, &fresh)
+            .await
+            .unwrap();
+        assert_eq!(items, run.input_items, "{backend}");
+    }
+}
+
+#[tokio::test]
 async fn a_run_inserted_and_ended_in_one_batch_is_stored_ended_and_a_missing_run_is_not_found() {
     for b in backends().await {
         let backend = b.store.backend();
