@@ -21,7 +21,8 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
         // Migrates the new database; its tables are empty.
         store::connect(&url, 1).await.unwrap();
         for statement in LOOKUPS_BY_ID {
-            let plan = if url.starts_with("postgres") {
+            // Rows of the plan, and the step that finds the run by its key.
+            let (rows, by_key) = if url.starts_with("postgres") {
                 // The plan a connection keeps for a prepared statement after its first
                 // executions, until an ANALYZE of the table replaces it.
                 let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
@@ -37,10 +38,8 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
                     .fetch_all(&mut conn)
                     .await
                     .unwrap();
-                rows.iter()
-                    .map(|row| row.get::<String, _>(0))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                let rows: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+                (rows, "Index Cond: (id = $2)")
             } else {
                 let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
                 let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
@@ -49,16 +48,10 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
                     .fetch_all(&mut conn)
                     .await
                     .unwrap();
-                rows.iter()
-                    .map(|row| row.get::<String, _>("detail"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                let rows: Vec<String> = rows.iter().map(|row| row.get("detail")).collect();
+                (rows, "USING INDEX sqlite_autoindex_responses_1 (id=?)")
             };
-            let by_key = if url.starts_with("postgres") {
-                "Index Cond: (id = $2)"
-            } else {
-                "USING INDEX sqlite_autoindex_responses_1 (id=?)"
-            };
+            let plan = rows.join("\n");
             assert!(
                 plan.contains(by_key),
                 "{url}: `{statement}` is planned as\n{plan}"

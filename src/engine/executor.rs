@@ -66,11 +66,12 @@ impl TurnCalls {
         self.calls.len() - 1
     }
 
-    /// The next progress of a call; `None` once no call can send any (or there are none).
+    /// The next progress of a call. Waits while none is running, as the channel would: the
+    /// turn holds a sender for as long as it lives.
     pub async fn next_event(&mut self) -> Option<CallEvent> {
         match &mut self.running {
             Some(running) => running.receiver.recv().await,
-            None => None,
+            None => std::future::pending().await,
         }
     }
 
