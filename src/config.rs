@@ -101,6 +101,9 @@ pub struct HttpToolConfig {
     pub return_direct: bool,
     #[serde(default)]
     pub hidden: bool,
+    /// The endpoint changes nothing: a call may run again after a crash (see `ToolOptions`).
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 fn empty_object_schema() -> serde_json::Value {

@@ -1,6 +1,7 @@
 //! A real switchyard process killed with SIGKILL mid-run: another instance (PostgreSQL) or the
 //! restarted process (SQLite) takes the run over and completes it — no event lost or
-//! repeated, and the tool that was running is not run again.
+//! repeated. A tool with side effects that was running is not run again; a read-only one runs
+//! again with its turn.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -34,14 +35,57 @@ async fn side_effect_endpoint(calls: Arc<AtomicUsize>) -> String {
     format!("http://{addr}/charge")
 }
 
-fn tool_config(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+/// A read-only tool endpoint: counts its calls; the first takes its time, later ones answer
+/// at once.
+async fn stock_endpoint(calls: Arc<AtomicUsize>) -> String {
+    let app = axum::Router::new().route(
+        "/stock",
+        post(move || {
+            let calls = calls.clone();
+            async move {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                }
+                "3 in stock"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/stock")
+}
+
+/// The one tool of the `payments` tool server, as configured.
+fn payments_tool(name: &str, url: &str, read_only: bool) -> switchyard::config::HttpToolConfig {
+    switchyard::config::HttpToolConfig {
+        name: name.into(),
+        description: format!("The {name} tool"),
+        parameters: json!({"type": "object"}),
+        url: url.into(),
+        method: "POST".into(),
+        headers: Default::default(),
+        timeout_ms: Some(30_000),
+        kind: switchyard::tools::ToolKind::Executed,
+        return_direct: false,
+        hidden: false,
+        read_only,
+    }
+}
+
+/// A configuration file with the `payments` tool server.
+fn tool_config(
+    dir: &std::path::Path,
+    tool: &switchyard::config::HttpToolConfig,
+) -> std::path::PathBuf {
     let path = dir.join("tools.toml");
     std::fs::write(
         &path,
         format!(
-            "[tool_servers.payments]\n[[tool_servers.payments.tools]]\nname = \"charge_card\"\n\
-             description = \"Charges the card\"\nparameters = {{ type = \"object\" }}\nurl = \"{url}\"\n\
-             timeout_ms = 30000\n"
+            "[tool_servers.payments]\n[[tool_servers.payments.tools]]\nname = \"{}\"\n\
+             description = \"{}\"\nparameters = {{ type = \"object\" }}\nurl = \"{}\"\n\
+             timeout_ms = 30000\nread_only = {}\n",
+            tool.name, tool.description, tool.url, tool.read_only
         ),
     )
     .unwrap();
@@ -102,25 +146,34 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// A streamed run on A that calls the side-effect tool; A is killed while the tool runs; B
-/// finishes it. Returns the timeline.
-async fn kill_mid_run(database_url: &str, b_is_restart: bool) -> String {
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let tool_url = side_effect_endpoint(calls.clone()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = tool_config(dir.path(), &tool_url);
-    llm.push(Turn::tool_call("call_pay", "charge_card", "{}"));
-    llm.push(Turn::text(
-        "The payment may not have gone through; I will not retry it.",
-    ));
+/// What B made of a run that A was killed in, while a tool of `payments` ran.
+struct Takeover {
+    /// The run as B completed it.
+    done: Value,
+    /// The requests the model received, from A and B.
+    requests: Vec<Value>,
+    /// What A's client received before the kill, in the order B's log has it.
+    timeline: String,
+}
 
+/// A streamed run on A that calls `tool` (at `calls`' endpoint); A is killed while the tool
+/// runs; B, another instance or the restarted process on the same database, finishes it. The
+/// log B serves is checked whole: every number once, A's events as they were sent.
+async fn kill_while_tool_runs(
+    database_url: &str,
+    b_is_restart: bool,
+    llm: &fake_llm::FakeLlm,
+    tool: switchyard::config::HttpToolConfig,
+    calls: &AtomicUsize,
+) -> Takeover {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tool_config(dir.path(), &tool);
     let (mut a, address) = spawn_binary(database_url, &llm.base_url(), &config);
     let client = reqwest::Client::new();
     let response = client
         .post(format!("http://{address}/v1/responses"))
         .json(
-            &json!({"model": "gpt-4o-mini", "input": "Pay the invoice", "stream": true,
+            &json!({"model": "gpt-4o-mini", "input": "Go ahead", "stream": true,
                       "tools": [{"type": "mcp", "server_label": "payments"}]}),
         )
         .send()
@@ -137,7 +190,6 @@ async fn kill_mid_run(database_url: &str, b_is_restart: bool) -> String {
     let id = seen_by_client.response_id();
 
     // B: another instance, or the same process restarted, on the same database.
-    let tool = tool_url.clone();
     let llm_url = llm.base_url();
     let b = spawn_app_on(database_url, move |c| {
         c.runs.lease_ttl_ms = 1_000;
@@ -146,18 +198,7 @@ async fn kill_mid_run(database_url: &str, b_is_restart: bool) -> String {
         c.tool_servers.insert(
             "payments".into(),
             switchyard::config::ToolServerConfig {
-                tools: vec![switchyard::config::HttpToolConfig {
-                    name: "charge_card".into(),
-                    description: "Charges the card".into(),
-                    parameters: json!({"type": "object"}),
-                    url: tool,
-                    method: "POST".into(),
-                    headers: Default::default(),
-                    timeout_ms: Some(30_000),
-                    kind: switchyard::tools::ToolKind::Executed,
-                    return_direct: false,
-                    hidden: false,
-                }],
+                tools: vec![tool],
                 ..Default::default()
             },
         );
@@ -183,44 +224,6 @@ async fn kill_mid_run(database_url: &str, b_is_restart: bool) -> String {
     }
     let completed_at = started.elapsed();
     assert_eq!(done["status"], "completed", "{database_url}: {done}");
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        1,
-        "the tool with side effects ran once"
-    );
-    let call = done["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["type"] == "mcp_call")
-        .unwrap();
-    assert_eq!(call["status"], "failed");
-    assert!(
-        call["error"]["content"]
-            .as_str()
-            .unwrap()
-            .contains("interrupted"),
-        "{call}"
-    );
-    assert_eq!(
-        done["output"].as_array().unwrap().last().unwrap()["content"][0]["text"],
-        "The payment may not have gone through; I will not retry it."
-    );
-    // The model was told, once.
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 2);
-    let tool_message = requests[1]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
-    assert!(
-        tool_message["content"]
-            .as_str()
-            .unwrap()
-            .contains("interrupted")
-    );
 
     // The whole log, from B: every number once, in order, what A streamed first.
     let log = b.replay(&id, "").await;
@@ -235,9 +238,9 @@ async fn kill_mid_run(database_url: &str, b_is_restart: bool) -> String {
     let taken_over = taken_over_at.map_or("during B's start-up".to_string(), |t| {
         format!("at {} ms", t.as_millis())
     });
-    format!(
+    let timeline = format!(
         "{}: SIGKILL at {} ms (tool running); B serving at {} ms; first event after A's taken over {taken_over}; \
-         run completed at {} ms; lease {} ms; {} events, contiguous; side-effect tool calls: {}",
+         run completed at {} ms; lease {} ms; {} events, contiguous; tool calls: {}",
         if database_url.starts_with("postgres") {
             "postgres"
         } else {
@@ -249,7 +252,104 @@ async fn kill_mid_run(database_url: &str, b_is_restart: bool) -> String {
         1_000,
         log.events.len(),
         calls.load(Ordering::SeqCst),
-    )
+    );
+    Takeover {
+        done,
+        requests: llm.requests(),
+        timeline,
+    }
+}
+
+/// The tool messages of a request to the model.
+fn tool_messages(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A call with side effects that A started is reported interrupted, and never run again.
+async fn kill_mid_side_effect(database_url: &str, b_is_restart: bool) -> String {
+    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let url = side_effect_endpoint(calls.clone()).await;
+    llm.push(Turn::tool_call("call_pay", "charge_card", "{}"));
+    llm.push(Turn::text(
+        "The payment may not have gone through; I will not retry it.",
+    ));
+    let tool = payments_tool("charge_card", &url, false);
+    let run = kill_while_tool_runs(database_url, b_is_restart, &llm, tool, &calls).await;
+
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the tool with side effects ran once"
+    );
+    let output = run.done["output"].as_array().unwrap();
+    let call = output.iter().find(|i| i["type"] == "mcp_call").unwrap();
+    assert_eq!(call["status"], "failed");
+    assert!(
+        call["error"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted"),
+        "{call}"
+    );
+    assert_eq!(
+        output.last().unwrap()["content"][0]["text"],
+        "The payment may not have gone through; I will not retry it."
+    );
+    // The model was told, once.
+    assert_eq!(run.requests.len(), 2);
+    let told = tool_messages(&run.requests[1]);
+    assert_eq!(told.len(), 1);
+    assert!(told[0].contains("interrupted"), "{told:?}");
+    run.timeline
+}
+
+/// A read-only call is not saved as started: B asks the model again for the turn A was in,
+/// and the call runs again, to its result.
+async fn kill_mid_read_only(database_url: &str, b_is_restart: bool) -> String {
+    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let url = stock_endpoint(calls.clone()).await;
+    llm.push(Turn::tool_call("call_stock", "check_stock", "{}"));
+    llm.push(Turn::tool_call("call_stock_again", "check_stock", "{}"));
+    llm.push(Turn::text("There are 3 in stock."));
+    let tool = payments_tool("check_stock", &url, true);
+    let run = kill_while_tool_runs(database_url, b_is_restart, &llm, tool, &calls).await;
+
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the read-only tool ran again"
+    );
+    assert_eq!(run.requests.len(), 3, "the turn A was in was asked again");
+    assert_eq!(run.requests[1]["messages"], run.requests[0]["messages"]);
+    assert_eq!(tool_messages(&run.requests[2]), ["3 in stock"]);
+    let output = run.done["output"].as_array().unwrap();
+    let listings = output.iter().filter(|i| i["type"] == "mcp_list_tools");
+    assert_eq!(listings.count(), 1, "the tool server is announced once");
+    let completed: Vec<&Value> = output
+        .iter()
+        .filter(|i| i["type"] == "mcp_call" && i["status"] == "completed")
+        .collect();
+    assert_eq!(completed.len(), 1, "{output:?}");
+    assert_eq!(completed[0]["output"], "3 in stock");
+    assert!(
+        output
+            .iter()
+            .all(|i| i["error"].is_null() || !i["error"].to_string().contains("interrupted")),
+        "{output:?}"
+    );
+    assert_eq!(
+        output.last().unwrap()["content"][0]["text"],
+        "There are 3 in stock."
+    );
+    run.timeline
 }
 
 #[tokio::test]
@@ -258,7 +358,7 @@ async fn a_run_of_an_instance_killed_mid_tool_call_is_completed_by_another_on_po
         eprintln!("TEST_DATABASE_URL is not set: skipping");
         return;
     };
-    let timeline = kill_mid_run(&url, false).await;
+    let timeline = kill_mid_side_effect(&url, false).await;
     eprintln!("{timeline}");
 }
 
@@ -266,6 +366,25 @@ async fn a_run_of_an_instance_killed_mid_tool_call_is_completed_by_another_on_po
 async fn a_run_of_a_process_killed_mid_tool_call_is_completed_after_a_restart_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/crash.db", dir.path().display());
-    let timeline = kill_mid_run(&url, true).await;
+    let timeline = kill_mid_side_effect(&url, true).await;
+    eprintln!("{timeline}");
+}
+
+#[tokio::test]
+async fn a_read_only_call_cut_by_a_crash_runs_again_with_its_turn_on_another_instance_on_postgres()
+{
+    let Some(url) = fresh_postgres_url().await else {
+        eprintln!("TEST_DATABASE_URL is not set: skipping");
+        return;
+    };
+    let timeline = kill_mid_read_only(&url, false).await;
+    eprintln!("{timeline}");
+}
+
+#[tokio::test]
+async fn a_read_only_call_cut_by_a_crash_runs_again_with_its_turn_after_a_restart_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/crash.db", dir.path().display());
+    let timeline = kill_mid_read_only(&url, true).await;
     eprintln!("{timeline}");
 }

@@ -191,6 +191,7 @@ fn http_tool(name: &str, url: String, timeout_ms: Option<u64>) -> HttpToolConfig
         kind: switchyard::tools::ToolKind::Executed,
         return_direct: false,
         hidden: false,
+        read_only: false,
     }
 }
 

@@ -2,7 +2,8 @@
 //! last completed model turn, and the server calls dispatched since); the event log is
 //! completed first: items left open by the crash are closed `incomplete`, and a dispatched
 //! call with no recorded result is reported to the model as interrupted — it is never run
-//! twice.
+//! twice. (Read-only calls are not recorded as started: the model is asked for their turn
+//! again, and they run again.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -149,6 +150,16 @@ impl Engine {
                 }
             }
         }
+        // Tool servers announced before the first checkpoint are not announced again.
+        let announced: Vec<Item> = output
+            .iter()
+            .filter(|item| {
+                matches!(item, Item::McpListTools(l) if l.status == Some(ItemStatus::Completed))
+                    && !transcript.iter().any(|seen| seen.id() == item.id())
+            })
+            .cloned()
+            .collect();
+        transcript.splice(0..0, announced);
         if !matches!(transcript.last(), None | Some(Item::TurnEnd(_))) {
             transcript.push(Item::TurnEnd(TurnEnd::default()));
         }

@@ -616,13 +616,16 @@ impl RunTask {
 
     /// Starts the server calls dispatched since the last start, once a checkpoint records
     /// them: they have effects, and after a crash a recorded call is reported interrupted,
-    /// never run again. Calls that became complete together share one checkpoint.
+    /// never run again. Calls that became complete together share one checkpoint. Calls of
+    /// read-only tools alone start at once: after a crash the turn is asked again and they
+    /// run again.
     async fn start_saved(&mut self, turn: &mut Turn) {
         if turn.starting.is_empty() {
             return;
         }
         let starting = std::mem::take(&mut turn.starting);
-        if self.checkpoint(Some(turn)).await {
+        let read_only = starting.iter().all(|(_, tool, _)| tool.options.read_only);
+        if read_only || self.checkpoint(Some(turn)).await {
             for (slot, tool, context) in starting {
                 turn.calls.run(slot, tool, context);
             }

@@ -57,6 +57,7 @@ impl HttpTool {
                 timeout: config.timeout_ms.map(Duration::from_millis),
                 return_direct: config.return_direct,
                 hidden: config.hidden,
+                read_only: config.read_only,
             },
             client,
         })

@@ -35,6 +35,10 @@ pub struct ToolOptions {
     /// The call leaves no item on the stream or in `output`; it is stored and the model sees
     /// it.
     pub hidden: bool,
+    /// The call changes nothing (it only reads): it starts without first being saved as
+    /// started, and a crash before its turn is saved runs it again with the turn instead of
+    /// reporting it interrupted.
+    pub read_only: bool,
 }
 
 /// What a call knows about where it runs.

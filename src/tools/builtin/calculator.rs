@@ -7,7 +7,7 @@ use num_rational::BigRational;
 use num_traits::{One, Signed, ToPrimitive, Zero};
 use serde_json::{Value, json};
 
-use crate::tools::{ToolContext, ToolHandler, ToolOutput, ToolResult};
+use crate::tools::{ToolContext, ToolHandler, ToolOptions, ToolOutput, ToolResult};
 
 const MAX_EXPRESSION_LEN: usize = 2000;
 /// Larger exponents would let one call burn the CPU.
@@ -36,6 +36,13 @@ impl ToolHandler for Calculator {
             "required": ["expression"],
             "additionalProperties": false
         })
+    }
+
+    fn options(&self) -> ToolOptions {
+        ToolOptions {
+            read_only: true,
+            ..ToolOptions::default()
+        }
     }
 
     async fn call(&self, _: ToolContext, arguments: Value, _: ToolOutput) -> ToolResult {

@@ -5,7 +5,7 @@ use chrono::Utc;
 use chrono_tz::Tz;
 use serde_json::{Value, json};
 
-use crate::tools::{ToolContext, ToolHandler, ToolOutput, ToolResult};
+use crate::tools::{ToolContext, ToolHandler, ToolOptions, ToolOutput, ToolResult};
 
 pub struct CurrentTime;
 
@@ -27,6 +27,13 @@ impl ToolHandler for CurrentTime {
             },
             "additionalProperties": false
         })
+    }
+
+    fn options(&self) -> ToolOptions {
+        ToolOptions {
+            read_only: true,
+            ..ToolOptions::default()
+        }
     }
 
     async fn call(&self, _: ToolContext, arguments: Value, _: ToolOutput) -> ToolResult {
