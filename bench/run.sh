@@ -53,6 +53,18 @@ upstream="http://$(address_in "$work/fake.log" "listening on http://")/v1"
 target/release/fake-llm --listen 127.0.0.1:0 --deltas 2 --inter-token-ms 30000 > "$work/slow.log" 2>&1 &
 pids+=($!)
 slow="http://$(address_in "$work/slow.log" "listening on http://")/v1"
+# Two tool servers for the HTTP tool lines, with the same tool at the fake upstream's /tool: one
+# read-only, one whose calls are saved as started (as any tool with effects).
+tools_config="$work/tools.toml"
+for server in read_only saved; do
+  cat >> "$tools_config" <<TOML
+[[tool_servers.bench_$server.tools]]
+name = "stamp_$server"
+parameters = { type = "object" }
+url = "${upstream%/v1}/tool"
+read_only = $([[ $server == read_only ]] && echo true || echo false)
+TOML
+done
 
 # PostgreSQL's autovacuum analyzes and vacuums tables as they change; where a server runs without
 # it (this machine's does), the tables are analyzed and vacuumed after each loaded line instead,
@@ -68,7 +80,7 @@ bench_on() {
   # Streams held open need a descriptor each (and the generator one per stream).
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$upstream" \
-    RUST_LOG=warn,switchyard::app=info target/release/switchyard > "$work/$label.log" 2>&1 &
+    RUST_LOG=warn,switchyard::app=info target/release/switchyard --config "$tools_config" > "$work/$label.log" 2>&1 &
   local pid=$!
   pids+=($pid)
   local address
@@ -85,14 +97,18 @@ bench_on() {
   target/release/switchyard-bench load --base "http://$address" --target switchyard --rate "$RATE" --pid "$pid" "${load[@]}"
   upkeep "$label"
   echo
-  echo "### tools on $label: three model turns with two current_time calls each, then 20 deltas; one run at a time"
+  echo "### tools on $label: three model turns with two tool calls each, then 20 deltas; one run at a time"
   echo
+  echo "tools: the builtin current_time (read-only: started at once). http-tools: an HTTP tool at the fake upstream, read-only."
+  echo "http-tools-saved: the same HTTP tool, not read-only: each call is saved as started first, as a tool with effects is."
   echo "Per tool-loop iteration added ≈ (tools total p50 − text total p50) / 3 − one upstream turn."
   echo
   target/release/switchyard-bench load-header
   target/release/switchyard-bench load --base "$upstream" --target upstream --concurrency 1 "${load[@]}"
   target/release/switchyard-bench load --base "http://$address" --target switchyard --concurrency 1 --pid "$pid" "${load[@]}"
-  target/release/switchyard-bench load --base "http://$address" --target switchyard --scenario tools --concurrency 1 --pid "$pid" "${load[@]}"
+  for scenario in tools http-tools http-tools-saved; do
+    target/release/switchyard-bench load --base "http://$address" --target switchyard --scenario "$scenario" --concurrency 1 --pid "$pid" "${load[@]}"
+  done
   echo
   echo "### stream resume on $label: reattach to a stored log (starting_after=3) → first replayed event"
   echo

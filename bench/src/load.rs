@@ -12,9 +12,9 @@ use crate::common::{Data, DataLines, Numbering, number, parse_flags, process_sta
 struct Options {
     base: String,
     upstream: bool,
-    /// The `tools` scenario: each run enables the builtin `current_time` (the upstream is
-    /// expected to call it, see `fake-llm --tool-turns`).
-    tools: bool,
+    /// The tool scenarios: which tool server each run enables (the upstream is expected to
+    /// call its first tool, see `fake-llm --tool-turns`).
+    tools: Option<Tools>,
     rate: Option<f64>,
     concurrency: Option<usize>,
     duration: Duration,
@@ -25,7 +25,7 @@ fn options(args: Vec<String>) -> Result<Options, String> {
     let mut options = Options {
         base: String::new(),
         upstream: false,
-        tools: false,
+        tools: None,
         rate: None,
         concurrency: None,
         duration: Duration::from_secs(10),
@@ -35,7 +35,7 @@ fn options(args: Vec<String>) -> Result<Options, String> {
         match flag {
             "--base" => options.base = value.trim_end_matches('/').to_string(),
             "--target" => options.upstream = value == "upstream",
-            "--scenario" => options.tools = value == "tools",
+            "--scenario" => options.tools = Tools::from_scenario(value)?,
             "--rate" => options.rate = Some(number(flag, value)?),
             "--concurrency" => options.concurrency = Some(number(flag, value)?),
             "--duration-s" => options.duration = Duration::from_secs_f64(number(flag, value)?),
@@ -48,6 +48,48 @@ fn options(args: Vec<String>) -> Result<Options, String> {
         return Err("load needs --base and one of --rate or --concurrency".into());
     }
     Ok(options)
+}
+
+/// The tool a tool scenario's runs enable.
+#[derive(Clone, Copy, PartialEq)]
+enum Tools {
+    /// `tools`: the builtin `current_time`, read-only.
+    Builtin,
+    /// `http-tools`: an HTTP tool marked read-only (tool server `bench_read_only`).
+    Http,
+    /// `http-tools-saved`: the same HTTP tool, not read-only: each call is saved as started
+    /// (tool server `bench_saved`).
+    HttpSaved,
+}
+
+impl Tools {
+    fn from_scenario(name: &str) -> Result<Option<Tools>, String> {
+        Ok(match name {
+            "text" => None,
+            "tools" => Some(Tools::Builtin),
+            "http-tools" => Some(Tools::Http),
+            "http-tools-saved" => Some(Tools::HttpSaved),
+            other => return Err(format!("unknown scenario {other:?}")),
+        })
+    }
+
+    fn declaration(self) -> Value {
+        match self {
+            Tools::Builtin => {
+                json!([{"type": "mcp", "server_label": "builtin", "allowed_tools": ["current_time"]}])
+            }
+            Tools::Http => json!([{"type": "mcp", "server_label": "bench_read_only"}]),
+            Tools::HttpSaved => json!([{"type": "mcp", "server_label": "bench_saved"}]),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Tools::Builtin => "switchyard tools",
+            Tools::Http => "switchyard http-tools",
+            Tools::HttpSaved => "switchyard http-tools-saved",
+        }
+    }
 }
 
 /// One run's timings.
@@ -142,8 +184,8 @@ async fn one_run(
         )
     } else {
         let mut body = json!({"model": "gpt-4o-mini", "input": "benchmark", "stream": true});
-        if options.tools {
-            body["tools"] = json!([{"type": "mcp", "server_label": "builtin", "allowed_tools": ["current_time"]}]);
+        if let Some(tools) = options.tools {
+            body["tools"] = tools.declaration();
         }
         (format!("{}/v1/responses", options.base), body)
     };
@@ -213,8 +255,8 @@ fn report(
     };
     let target = match (options.upstream, options.tools) {
         (true, _) => "upstream",
-        (false, true) => "switchyard tools",
-        (false, false) => "switchyard",
+        (false, Some(tools)) => tools.label(),
+        (false, None) => "switchyard",
     };
     let (first_byte, first_delta, total) = (
         pick(|s| s.first_byte),

@@ -298,6 +298,7 @@ fn router(shared: Shared) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/tool", post(tool))
         .route("/control/turns", post(push_turns))
         .route("/control/requests", get(list_requests))
         .route("/control/reset", post(reset))
@@ -363,6 +364,11 @@ async fn models() -> Json<Value> {
     Json(
         json!({"object": "list", "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "fake"}]}),
     )
+}
+
+/// A tool endpoint for HTTP tool servers in benchmarks: answers every call at once.
+async fn tool() -> Json<Value> {
+    Json(json!({"time": "2026-01-01T00:00:00Z"}))
 }
 
 async fn push_turns(State(shared): State<Shared>, Json(turns): Json<Vec<Turn>>) -> StatusCode {
