@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use axum::routing::post;
 use common::*;
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 /// A tool endpoint with a side effect: counts its calls, then takes its time.
 async fn side_effect_endpoint(calls: Arc<AtomicUsize>) -> String {
@@ -120,14 +121,21 @@ fn spawn_binary(database_url: &str, llm_url: &str, config: &std::path::Path) -> 
     (child, address)
 }
 
-/// Reads a stream until it ends or its connection breaks; keeps what arrived.
-async fn read_until_cut(response: reqwest::Response) -> Sse {
+/// Reads a stream until it ends or its connection breaks; keeps what arrived. `first` hears
+/// of the first whole event.
+async fn read_until_cut(response: reqwest::Response, first: oneshot::Sender<()>) -> Sse {
     use futures_util::StreamExt;
     let status = response.status().as_u16();
     let mut body = response.bytes_stream();
     let mut raw = String::new();
+    let mut first = Some(first);
     while let Some(Ok(chunk)) = body.next().await {
         raw.push_str(&String::from_utf8_lossy(&chunk));
+        if raw.contains("\n\n")
+            && let Some(first) = first.take()
+        {
+            let _ = first.send(());
+        }
     }
     // A frame cut in half is not an event the client saw.
     let whole = raw.rfind("\n\n").map_or(0, |end| end + 2);
@@ -179,7 +187,10 @@ async fn kill_while_tool_runs(
         .send()
         .await
         .unwrap();
-    let live = tokio::spawn(read_until_cut(response));
+    let (first, first_seen) = oneshot::channel();
+    let live = tokio::spawn(read_until_cut(response, first));
+    // The client knows the run (a read-only call may start before its first event arrives).
+    first_seen.await.unwrap();
     while calls.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
