@@ -75,23 +75,23 @@ fn payments_tool(name: &str, url: &str, read_only: bool) -> switchyard::config::
 }
 
 /// A configuration file with the `payments` tool server.
-fn tool_config(
-    dir: &std::path::Path,
-    tool: &switchyard::config::HttpToolConfig,
-) -> std::path::PathBuf {
+fn tool_config(dir: &std::path::Path, tools: &[Tool]) -> std::path::PathBuf {
     let path = dir.join("tools.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[tool_servers.payments]\n[[tool_servers.payments.tools]]\nname = \"{}\"\n\
-             description = \"{}\"\nparameters = {{ type = \"object\" }}\nurl = \"{}\"\n\
-             timeout_ms = 30000\nread_only = {}\n",
+    let mut text = String::from("[tool_servers.payments]\n");
+    for (tool, _) in tools {
+        text.push_str(&format!(
+            "[[tool_servers.payments.tools]]\nname = \"{}\"\ndescription = \"{}\"\n\
+             parameters = {{ type = \"object\" }}\nurl = \"{}\"\ntimeout_ms = 30000\n\
+             read_only = {}\n",
             tool.name, tool.description, tool.url, tool.read_only
-        ),
-    )
-    .unwrap();
+        ));
+    }
+    std::fs::write(&path, text).unwrap();
     path
 }
+
+/// A tool of `payments`, and the count of calls its endpoint received.
+type Tool = (switchyard::config::HttpToolConfig, Arc<AtomicUsize>);
 
 /// The switchyard binary as instance A; returns it with its address.
 fn spawn_binary(database_url: &str, llm_url: &str, config: &std::path::Path) -> (Child, String) {
@@ -160,22 +160,21 @@ struct Takeover {
     done: Value,
     /// The requests the model received, from A and B.
     requests: Vec<Value>,
-    /// What A's client received before the kill, in the order B's log has it.
+    /// How it went, for the test's output.
     timeline: String,
 }
 
-/// A streamed run on A that calls `tool` (at `calls`' endpoint); A is killed while the tool
-/// runs; B, another instance or the restarted process on the same database, finishes it. The
+/// A streamed run on A that calls `tools`; A is killed once each of them was called; B,
+/// another instance or the restarted process on the same database, finishes the run. The
 /// log B serves is checked whole: every number once, A's events as they were sent.
 async fn kill_while_tool_runs(
     database_url: &str,
     b_is_restart: bool,
     llm: &fake_llm::FakeLlm,
-    tool: switchyard::config::HttpToolConfig,
-    calls: &AtomicUsize,
+    tools: &[Tool],
 ) -> Takeover {
     let dir = tempfile::tempdir().unwrap();
-    let config = tool_config(dir.path(), &tool);
+    let config = tool_config(dir.path(), tools);
     let (mut a, address) = spawn_binary(database_url, &llm.base_url(), &config);
     let client = reqwest::Client::new();
     let response = client
@@ -191,7 +190,10 @@ async fn kill_while_tool_runs(
     let live = tokio::spawn(read_until_cut(response, first));
     // The client knows the run (a read-only call may start before its first event arrives).
     first_seen.await.unwrap();
-    while calls.load(Ordering::SeqCst) == 0 {
+    while tools
+        .iter()
+        .any(|(_, calls)| calls.load(Ordering::SeqCst) == 0)
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let started = Instant::now();
@@ -202,6 +204,7 @@ async fn kill_while_tool_runs(
 
     // B: another instance, or the same process restarted, on the same database.
     let llm_url = llm.base_url();
+    let configs = tools.iter().map(|(tool, _)| tool.clone()).collect();
     let b = spawn_app_on(database_url, move |c| {
         c.runs.lease_ttl_ms = 1_000;
         c.runs.sweep_interval_ms = 100;
@@ -209,7 +212,7 @@ async fn kill_while_tool_runs(
         c.tool_servers.insert(
             "payments".into(),
             switchyard::config::ToolServerConfig {
-                tools: vec![tool],
+                tools: configs,
                 ..Default::default()
             },
         );
@@ -251,7 +254,7 @@ async fn kill_while_tool_runs(
     });
     let timeline = format!(
         "{}: SIGKILL at {} ms (tool running); B serving at {} ms; first event after A's taken over {taken_over}; \
-         run completed at {} ms; lease {} ms; {} events, contiguous; tool calls: {}",
+         run completed at {} ms; lease {} ms; {} events, contiguous; tool calls: {:?}",
         if database_url.starts_with("postgres") {
             "postgres"
         } else {
@@ -262,7 +265,10 @@ async fn kill_while_tool_runs(
         completed_at.as_millis(),
         1_000,
         log.events.len(),
-        calls.load(Ordering::SeqCst),
+        tools
+            .iter()
+            .map(|(_, calls)| calls.load(Ordering::SeqCst))
+            .collect::<Vec<_>>(),
     );
     Takeover {
         done,
@@ -292,7 +298,8 @@ async fn kill_mid_side_effect(database_url: &str, b_is_restart: bool) -> String 
         "The payment may not have gone through; I will not retry it.",
     ));
     let tool = payments_tool("charge_card", &url, false);
-    let run = kill_while_tool_runs(database_url, b_is_restart, &llm, tool, &calls).await;
+    let run =
+        kill_while_tool_runs(database_url, b_is_restart, &llm, &[(tool, calls.clone())]).await;
 
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -331,7 +338,8 @@ async fn kill_mid_read_only(database_url: &str, b_is_restart: bool) -> String {
     llm.push(Turn::tool_call("call_stock_again", "check_stock", "{}"));
     llm.push(Turn::text("There are 3 in stock."));
     let tool = payments_tool("check_stock", &url, true);
-    let run = kill_while_tool_runs(database_url, b_is_restart, &llm, tool, &calls).await;
+    let run =
+        kill_while_tool_runs(database_url, b_is_restart, &llm, &[(tool, calls.clone())]).await;
 
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -360,6 +368,46 @@ async fn kill_mid_read_only(database_url: &str, b_is_restart: bool) -> String {
         output.last().unwrap()["content"][0]["text"],
         "There are 3 in stock."
     );
+    run.timeline
+}
+
+/// A read-only call started after a call with effects in the same turn is recorded with it:
+/// the turn is not asked again, and both calls are reported interrupted.
+async fn kill_mid_mixed_turn(database_url: &str, b_is_restart: bool) -> String {
+    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let charges = Arc::new(AtomicUsize::new(0));
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let charge_url = side_effect_endpoint(charges.clone()).await;
+    let stock_url = stock_endpoint(lookups.clone()).await;
+    llm.push(Turn::tool_calls(&[
+        ("call_pay", "charge_card", "{}"),
+        ("call_stock", "check_stock", "{}"),
+    ]));
+    llm.push(Turn::text("Neither call finished; I will not retry them."));
+    let tools = [
+        (payments_tool("charge_card", &charge_url, false), charges),
+        (payments_tool("check_stock", &stock_url, true), lookups),
+    ];
+    let run = kill_while_tool_runs(database_url, b_is_restart, &llm, &tools).await;
+
+    let calls: Vec<usize> = tools
+        .iter()
+        .map(|(_, calls)| calls.load(Ordering::SeqCst))
+        .collect();
+    assert_eq!(calls, [1, 1], "neither call ran again");
+    assert_eq!(
+        run.requests.len(),
+        2,
+        "the turn A was in is not asked again"
+    );
+    let told = tool_messages(&run.requests[1]);
+    assert_eq!(told.len(), 2, "the model hears of both calls: {told:?}");
+    assert!(told.iter().all(|m| m.contains("interrupted")), "{told:?}");
+    let output = run.done["output"].as_array().unwrap();
+    let failed = output
+        .iter()
+        .filter(|i| i["type"] == "mcp_call" && i["status"] == "failed");
+    assert_eq!(failed.count(), 2, "{output:?}");
     run.timeline
 }
 
@@ -397,5 +445,23 @@ async fn a_read_only_call_cut_by_a_crash_runs_again_with_its_turn_after_a_restar
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/crash.db", dir.path().display());
     let timeline = kill_mid_read_only(&url, true).await;
+    eprintln!("{timeline}");
+}
+
+#[tokio::test]
+async fn a_read_only_call_after_a_call_with_effects_is_reported_interrupted_with_it_on_postgres() {
+    let Some(url) = fresh_postgres_url().await else {
+        eprintln!("TEST_DATABASE_URL is not set: skipping");
+        return;
+    };
+    let timeline = kill_mid_mixed_turn(&url, false).await;
+    eprintln!("{timeline}");
+}
+
+#[tokio::test]
+async fn a_read_only_call_after_a_call_with_effects_is_reported_interrupted_with_it_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/crash.db", dir.path().display());
+    let timeline = kill_mid_mixed_turn(&url, true).await;
     eprintln!("{timeline}");
 }

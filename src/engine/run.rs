@@ -207,6 +207,9 @@ struct Turn {
     calls: TurnCalls,
     /// Server calls dispatched but not started: they start once recorded (`start_saved`).
     starting: Vec<(usize, Arc<RegisteredTool>, ToolContext)>,
+    /// A start of this turn was saved: every later start is saved too, so that a crash
+    /// finds the turn either not recorded (asked again) or with every call it started.
+    recorded: bool,
 }
 
 /// A server call once it has its result.
@@ -429,6 +432,7 @@ impl RunTask {
             accepted: 0,
             calls: TurnCalls::new(self.limits.max_concurrency),
             starting: Vec::new(),
+            recorded: false,
         };
         let mut open: Option<OpenMessage> = None;
         // Calls by their index: chunks of several calls may interleave.
@@ -617,15 +621,17 @@ impl RunTask {
     /// Starts the server calls dispatched since the last start, once a checkpoint records
     /// them: they have effects, and after a crash a recorded call is reported interrupted,
     /// never run again. Calls that became complete together share one checkpoint. Calls of
-    /// read-only tools alone start at once: after a crash the turn is asked again and they
-    /// run again.
+    /// read-only tools start at once while nothing of the turn is recorded: after a crash
+    /// the turn is asked again and they run again.
     async fn start_saved(&mut self, turn: &mut Turn) {
         if turn.starting.is_empty() {
             return;
         }
         let starting = std::mem::take(&mut turn.starting);
-        let read_only = starting.iter().all(|(_, tool, _)| tool.options.read_only);
-        if read_only || self.checkpoint(Some(turn)).await {
+        let unrecorded =
+            !turn.recorded && starting.iter().all(|(_, tool, _)| tool.options.read_only);
+        turn.recorded |= !unrecorded;
+        if unrecorded || self.checkpoint(Some(turn)).await {
             for (slot, tool, context) in starting {
                 turn.calls.run(slot, tool, context);
             }
