@@ -15,83 +15,59 @@ use std::time::{Duration, Instant};
 use axum::routing::post;
 use common::*;
 use serde_json::{Value, json};
+use switchyard::config::HttpToolConfig;
 use tokio::sync::oneshot;
 
-/// A tool endpoint with a side effect: counts its calls, then takes its time.
-async fn side_effect_endpoint(calls: Arc<AtomicUsize>) -> String {
+/// A tool endpoint at `path` answering `answer`: counts its calls; the first takes its time
+/// (the instance is killed during it), later ones answer at once.
+async fn tool_endpoint(
+    path: &'static str,
+    answer: &'static str,
+    calls: Arc<AtomicUsize>,
+) -> String {
     let app = axum::Router::new().route(
-        "/charge",
-        post(move || {
-            let calls = calls.clone();
-            async move {
-                calls.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_secs(10)).await;
-                "charged"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/charge")
-}
-
-/// A read-only tool endpoint: counts its calls; the first takes its time, later ones answer
-/// at once.
-async fn stock_endpoint(calls: Arc<AtomicUsize>) -> String {
-    let app = axum::Router::new().route(
-        "/stock",
+        path,
         post(move || {
             let calls = calls.clone();
             async move {
                 if calls.fetch_add(1, Ordering::SeqCst) == 0 {
                     tokio::time::sleep(Duration::from_secs(10)).await;
                 }
-                "3 in stock"
+                answer
             }
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/stock")
+    format!("http://{addr}{path}")
 }
 
-/// The one tool of the `payments` tool server, as configured.
-fn payments_tool(name: &str, url: &str, read_only: bool) -> switchyard::config::HttpToolConfig {
-    switchyard::config::HttpToolConfig {
-        name: name.into(),
-        description: format!("The {name} tool"),
-        parameters: json!({"type": "object"}),
-        url: url.into(),
-        method: "POST".into(),
-        headers: Default::default(),
-        timeout_ms: Some(30_000),
-        kind: switchyard::tools::ToolKind::Executed,
-        return_direct: false,
-        hidden: false,
+/// A tool of `payments`, with the timeout the tests' killed calls stay within.
+fn payments_tool(name: &str, url: String, read_only: bool) -> HttpToolConfig {
+    HttpToolConfig {
         read_only,
+        ..http_tool(name, url, Some(30_000))
     }
 }
 
 /// A configuration file with the `payments` tool server.
 fn tool_config(dir: &std::path::Path, tools: &[Tool]) -> std::path::PathBuf {
     let path = dir.join("tools.toml");
-    let mut text = String::from("[tool_servers.payments]\n");
-    for (tool, _) in tools {
-        text.push_str(&format!(
-            "[[tool_servers.payments.tools]]\nname = \"{}\"\ndescription = \"{}\"\n\
-             parameters = {{ type = \"object\" }}\nurl = \"{}\"\ntimeout_ms = 30000\n\
-             read_only = {}\n",
-            tool.name, tool.description, tool.url, tool.read_only
-        ));
-    }
-    std::fs::write(&path, text).unwrap();
+    let server = switchyard::config::ToolServerConfig {
+        tools: tools.iter().map(|(tool, _)| tool.clone()).collect(),
+        ..Default::default()
+    };
+    let file = std::collections::BTreeMap::from([(
+        "tool_servers",
+        std::collections::BTreeMap::from([("payments", server)]),
+    )]);
+    std::fs::write(&path, toml::to_string(&file).unwrap()).unwrap();
     path
 }
 
 /// A tool of `payments`, and the count of calls its endpoint received.
-type Tool = (switchyard::config::HttpToolConfig, Arc<AtomicUsize>);
+type Tool = (HttpToolConfig, Arc<AtomicUsize>);
 
 /// The switchyard binary as instance A; returns it with its address.
 fn spawn_binary(database_url: &str, llm_url: &str, config: &std::path::Path) -> (Child, String) {
@@ -292,12 +268,12 @@ fn tool_messages(request: &Value) -> Vec<String> {
 async fn kill_mid_side_effect(database_url: &str, b_is_restart: bool) -> String {
     let llm = fake_llm::FakeLlm::start().await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let url = side_effect_endpoint(calls.clone()).await;
+    let url = tool_endpoint("/charge", "charged", calls.clone()).await;
     llm.push(Turn::tool_call("call_pay", "charge_card", "{}"));
     llm.push(Turn::text(
         "The payment may not have gone through; I will not retry it.",
     ));
-    let tool = payments_tool("charge_card", &url, false);
+    let tool = payments_tool("charge_card", url, false);
     let run =
         kill_while_tool_runs(database_url, b_is_restart, &llm, &[(tool, calls.clone())]).await;
 
@@ -333,11 +309,11 @@ async fn kill_mid_side_effect(database_url: &str, b_is_restart: bool) -> String 
 async fn kill_mid_read_only(database_url: &str, b_is_restart: bool) -> String {
     let llm = fake_llm::FakeLlm::start().await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let url = stock_endpoint(calls.clone()).await;
+    let url = tool_endpoint("/stock", "3 in stock", calls.clone()).await;
     llm.push(Turn::tool_call("call_stock", "check_stock", "{}"));
     llm.push(Turn::tool_call("call_stock_again", "check_stock", "{}"));
     llm.push(Turn::text("There are 3 in stock."));
-    let tool = payments_tool("check_stock", &url, true);
+    let tool = payments_tool("check_stock", url, true);
     let run =
         kill_while_tool_runs(database_url, b_is_restart, &llm, &[(tool, calls.clone())]).await;
 
@@ -377,16 +353,16 @@ async fn kill_mid_mixed_turn(database_url: &str, b_is_restart: bool) -> String {
     let llm = fake_llm::FakeLlm::start().await.unwrap();
     let charges = Arc::new(AtomicUsize::new(0));
     let lookups = Arc::new(AtomicUsize::new(0));
-    let charge_url = side_effect_endpoint(charges.clone()).await;
-    let stock_url = stock_endpoint(lookups.clone()).await;
+    let charge_url = tool_endpoint("/charge", "charged", charges.clone()).await;
+    let stock_url = tool_endpoint("/stock", "3 in stock", lookups.clone()).await;
     llm.push(Turn::tool_calls(&[
         ("call_pay", "charge_card", "{}"),
         ("call_stock", "check_stock", "{}"),
     ]));
     llm.push(Turn::text("Neither call finished; I will not retry them."));
     let tools = [
-        (payments_tool("charge_card", &charge_url, false), charges),
-        (payments_tool("check_stock", &stock_url, true), lookups),
+        (payments_tool("charge_card", charge_url, false), charges),
+        (payments_tool("check_stock", stock_url, true), lookups),
     ];
     let run = kill_while_tool_runs(database_url, b_is_restart, &llm, &tools).await;
 

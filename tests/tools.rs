@@ -179,22 +179,6 @@ async fn tool_endpoint() -> String {
     format!("http://{addr}")
 }
 
-fn http_tool(name: &str, url: String, timeout_ms: Option<u64>) -> HttpToolConfig {
-    HttpToolConfig {
-        name: name.into(),
-        description: format!("{name} over HTTP"),
-        parameters: json!({"type": "object"}),
-        url,
-        method: "POST".into(),
-        headers: Default::default(),
-        timeout_ms,
-        kind: switchyard::tools::ToolKind::Executed,
-        return_direct: false,
-        hidden: false,
-        read_only: false,
-    }
-}
-
 fn with_server(config: &mut Config, label: &str, tools: Vec<HttpToolConfig>) {
     config.tool_servers.insert(
         label.into(),

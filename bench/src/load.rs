@@ -51,7 +51,7 @@ fn options(args: Vec<String>) -> Result<Options, String> {
 }
 
 /// The tool a tool scenario's runs enable.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Tools {
     /// `tools`: the builtin `current_time`, read-only.
     Builtin,

@@ -2,8 +2,9 @@
 //!
 //! * `load --base URL --target switchyard|upstream (--rate R | --concurrency C)
 //!   [--scenario text|tools|http-tools|http-tools-saved] [--duration-s S] [--pid PID]`:
-//!   streamed runs, open loop at R runs/s or closed loop with C at once; per run the time to first byte, to the first text
-//!   delta and to the end; every switchyard stream's sequence numbers are checked.
+//!   streamed runs, open loop at R runs/s or closed loop with C at once; per run the time to
+//!   first byte, to the first text delta and to the end; every switchyard stream's sequence
+//!   numbers are checked.
 //!   `--target upstream` sends the same load to the chat-completions server directly, so the
 //!   difference is switchyard's overhead. `load-header` prints the table header.
 //! * `pause (--base URL | --upstream URL) [--runs N] [--concurrency C] [--pid PID]`: runs that

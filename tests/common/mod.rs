@@ -408,3 +408,24 @@ pub async fn start_stream(app: &TestApp, body: Value) -> (String, tokio::task::J
     });
     (id, reader)
 }
+
+/// An HTTP tool at `url`, executed by the service, with the defaults of its configuration.
+pub fn http_tool(
+    name: &str,
+    url: String,
+    timeout_ms: Option<u64>,
+) -> switchyard::config::HttpToolConfig {
+    switchyard::config::HttpToolConfig {
+        name: name.into(),
+        description: format!("{name} over HTTP"),
+        parameters: serde_json::json!({"type": "object"}),
+        url,
+        method: "POST".into(),
+        headers: Default::default(),
+        timeout_ms,
+        kind: switchyard::tools::ToolKind::Executed,
+        return_direct: false,
+        hidden: false,
+        read_only: false,
+    }
+}
