@@ -9,6 +9,7 @@ use serde_json::json;
 use switchyard::protocol::ids;
 use switchyard::protocol::items::{ContentPart, Item, Message, Role};
 use switchyard::protocol::response::{ResponseObject, ResponseStatus};
+use switchyard::protocol::transcript::Entry;
 use switchyard::store::{
     self, EventRecord, ItemPage, NewRun, RunState, RunStore, RunUpdate, StoreError,
 };
@@ -76,7 +77,7 @@ fn new_run(id: &str, items: usize, owner: &str, lease_expires_at: i64) -> NewRun
     }
 }
 
-fn update<'a>(body: &'a ResponseObject, transcript: &'a [Item], now_ms: i64) -> RunUpdate<'a> {
+fn update<'a>(body: &'a ResponseObject, transcript: &'a [Entry], now_ms: i64) -> RunUpdate<'a> {
     RunUpdate {
         body,
         transcript,
@@ -145,7 +146,7 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
                 &id,
                 RunState::InProgress,
                 RunState::Completed,
-                &update(&done, &[message("seen")], 2_000),
+                &update(&done, &[Entry::Item(message("seen"))], 2_000),
             )
             .await
             .unwrap();
@@ -624,7 +625,7 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_in_one_go
             id: id.into(),
             to: RunState::Completed,
             body: done.clone(),
-            transcript: vec![message("answer")],
+            transcript: vec![Entry::Item(message("answer"))],
             expires_at: None,
             owner: owner.into(),
             now_ms: 2_000,
@@ -779,7 +780,7 @@ async fn a_run_inserted_and_ended_in_one_batch_is_stored_ended_and_a_missing_run
             id: id.into(),
             to: RunState::Failed,
             body: done.clone(),
-            transcript: vec![message("partial")],
+            transcript: vec![Entry::Item(message("partial"))],
             expires_at: None,
             owner: "a".into(),
             now_ms: 3_000,

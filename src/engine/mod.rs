@@ -11,7 +11,7 @@ mod run;
 pub mod state;
 mod toolset;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,6 +31,7 @@ use crate::protocol::items::{Item, ItemStatus};
 use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{ResponseError, ResponseObject, ResponseStatus};
 use crate::protocol::tools::{parse_tool_choice, parse_tools};
+use crate::protocol::transcript::Entry;
 use crate::store::{
     EventRecord, IdempotencyKey, ItemPage, NewRun, RunState, RunStore, StoreError, StoredRun,
 };
@@ -209,7 +210,10 @@ impl Engine {
             }
             None => (Vec::new(), None),
         };
-        let prepared = self.prepare(&request, &history, &input)?;
+        let prepared = self.prepare(
+            &request,
+            &announced(history.iter().filter_map(Entry::item).chain(&input)),
+        )?;
         let waiting = previous
             .as_ref()
             .filter(|p| p.state == RunState::RequiresAction)
@@ -273,7 +277,7 @@ impl Engine {
             None => (None, None),
         };
         let mut context = history;
-        context.extend(input);
+        context.extend(input.into_iter().map(Entry::Item));
         let launch = Launch {
             tenant_id: tenant_id.to_string(),
             body,
@@ -303,8 +307,7 @@ impl Engine {
     fn prepare(
         &self,
         request: &CreateResponse,
-        history: &[Item],
-        input: &[Item],
+        announced: &HashSet<&str>,
     ) -> Result<Prepared, EngineError> {
         let model = match request.model.as_deref() {
             Some(model) if !model.is_empty() => model.to_string(),
@@ -334,11 +337,7 @@ impl Engine {
         let listings = tools
             .listings
             .iter()
-            .filter(|(label, _)| {
-                !history.iter().chain(input).any(|item| {
-                    matches!(item, Item::McpListTools(listing) if &listing.server_label == label)
-                })
-            })
+            .filter(|(label, _)| !announced.contains(label.as_str()))
             .cloned()
             .collect();
         let mut model_request = run::model_request(&model, request);
@@ -390,7 +389,7 @@ impl Engine {
         let tool_calls_used = launch
             .transcript
             .iter()
-            .filter(|item| matches!(item, Item::McpCall(_)))
+            .filter(|entry| matches!(entry, Entry::Item(Item::McpCall(_))))
             .count() as u64;
         let task = run::RunTask {
             store: self.inner.store.clone(),
@@ -637,7 +636,8 @@ impl Engine {
             )
             .await?;
         let input = self.inner.store.input_items(&tenant_id, &id).await?;
-        let (prepared, history) = match self.prepare_stored(&tenant_id, &body, &input).await {
+        let seen: Vec<Entry> = input.iter().cloned().map(Entry::Item).collect();
+        let (prepared, history) = match self.prepare_stored(&tenant_id, &body, &seen).await {
             Ok(prepared) => prepared,
             Err(e) => {
                 // The configuration changed since it was queued (a model or tool server is gone).
@@ -660,7 +660,7 @@ impl Engine {
             .await?
             .map_or(0, |n| n + 1);
         let mut context = history;
-        context.extend(input);
+        context.extend(input.into_iter().map(Entry::Item));
         let launch = Launch {
             tenant_id,
             body,
@@ -689,11 +689,12 @@ impl Engine {
         &self,
         tenant_id: &str,
         body: &ResponseObject,
-        seen: &[Item],
-    ) -> Result<(Prepared, Vec<Item>), EngineError> {
+        seen: &[Entry],
+    ) -> Result<(Prepared, Vec<Entry>), EngineError> {
         let request = pause::request_from_body(body);
         let history = self.history_of(tenant_id, body).await?;
-        let prepared = self.prepare(&request, &history, seen)?;
+        let items = history.iter().chain(seen).filter_map(Entry::item);
+        let prepared = self.prepare(&request, &announced(items))?;
         Ok((prepared, history))
     }
 
@@ -702,7 +703,7 @@ impl Engine {
         &self,
         tenant_id: &str,
         body: &ResponseObject,
-    ) -> Result<Vec<Item>, EngineError> {
+    ) -> Result<Vec<Entry>, EngineError> {
         match &body.previous_response_id {
             Some(previous) => match self.chain(tenant_id, previous).await {
                 Ok((history, _)) => Ok(history),
@@ -723,7 +724,7 @@ impl Engine {
         &self,
         tenant_id: &str,
         previous: &str,
-    ) -> Result<(Vec<Item>, StoredRun), EngineError> {
+    ) -> Result<(Vec<Entry>, StoredRun), EngineError> {
         let not_found = || {
             EngineError::Invalid(
                 FieldError::new(
@@ -745,7 +746,7 @@ impl Engine {
             )
             .into());
         }
-        let mut segments: Vec<Vec<Item>> = Vec::new();
+        let mut segments: Vec<Vec<Entry>> = Vec::new();
         let previous_run = first.clone();
         let mut current = Some(first);
         while let Some(run) = current.take() {
@@ -756,15 +757,18 @@ impl Engine {
                 )
                 .into());
             }
-            let mut segment = self
+            let mut segment: Vec<Entry> = self
                 .inner
                 .store
                 .input_items(tenant_id, &run.body.id)
-                .await?;
+                .await?
+                .into_iter()
+                .map(Entry::Item)
+                .collect();
             // What the model saw, hidden tool calls included (runs stored before the
             // transcript existed have only their output).
             if run.transcript.is_empty() {
-                segment.extend(run.body.output.iter().cloned());
+                segment.extend(run.body.output.iter().cloned().map(Entry::Item));
             } else {
                 segment.extend(run.transcript.iter().cloned());
             }
@@ -1026,6 +1030,16 @@ impl Engine {
     }
 }
 
+/// Tool servers already announced (`mcp_list_tools`) among these items.
+fn announced<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'a str> {
+    items
+        .filter_map(|item| match item {
+            Item::McpListTools(listing) => Some(listing.server_label.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Marks an item that was still open as `incomplete`.
 pub(crate) fn close_incomplete(item: &mut Item) {
     let status = item.status_mut();
@@ -1106,8 +1120,8 @@ struct Launch {
     tenant_id: String,
     body: ResponseObject,
     /// The chain's history and this run's input items.
-    context: Vec<Item>,
-    transcript: Vec<Item>,
+    context: Vec<Entry>,
+    transcript: Vec<Entry>,
     next_sequence: u64,
     resumed: bool,
     stream: bool,

@@ -8,39 +8,28 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use super::emitter::EventEmitter;
 use super::run::Decision;
 use super::{Engine, EngineError, Launch, StartedRun, close_incomplete, now_ms};
 use crate::protocol::events::Event;
 use crate::protocol::items::{
-    CallOutput, FunctionCallOutput, Item, McpApprovalRequest, McpApprovalResponse, ToolOutput,
+    CallOutput, FunctionCallOutput, Item, McpApprovalResponse, ToolOutput,
 };
 use crate::protocol::request::{CreateResponse, FieldError, SubmitToolOutputs};
-use crate::protocol::response::{IncompleteDetails, ResponseObject, ResponseStatus};
+use crate::protocol::response::{
+    CallKind, IncompleteDetails, PendingApproval, PendingWork, ResponseObject, ResponseStatus,
+};
+use crate::protocol::transcript::Entry;
 use crate::store::{RunState, RunUpdate, StoreError, StoredRun};
 
 /// How long `cancel` waits for a running run to stop.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
-/// `(call id, type)` of every call a paused run waits for, in order.
-fn pending_calls(body: &ResponseObject) -> Vec<(String, String)> {
+/// The calls and approval requests a paused run waits for.
+fn pending_work(body: &ResponseObject) -> PendingWork {
     body.required_action
         .as_ref()
-        .and_then(|action| action.pointer("/submit_tool_outputs/tool_calls"))
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .filter_map(|call| {
-                    Some((
-                        call.get("id")?.as_str()?.to_string(),
-                        call.get("type")?.as_str()?.to_string(),
-                    ))
-                })
-                .collect()
-        })
+        .map(|action| action.submit_tool_outputs.clone())
         .unwrap_or_default()
 }
 
@@ -65,12 +54,13 @@ fn quoted_list(ids: &[String]) -> String {
 /// every approval answer a request the previous run waits for (`pending`), so that an
 /// approved call runs once.
 pub(super) fn check_outputs_match_calls(
-    history: &[Item],
+    history: &[Entry],
     input: &[Item],
-    pending: &[McpApprovalRequest],
+    pending: &[PendingApproval],
 ) -> Result<(), EngineError> {
     let calls: HashSet<String> = history
         .iter()
+        .filter_map(Entry::item)
         .chain(input)
         .filter_map(Item::as_call)
         .map(|(id, _, _)| id)
@@ -147,8 +137,8 @@ impl Engine {
             let state = self.expire(run).await;
             return Err(not_accepting(state));
         }
-        let pending = pending_calls(&run.body);
-        let expected: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
+        let pending = pending_work(&run.body);
+        let expected: Vec<String> = pending.tool_calls.iter().map(|c| c.id.clone()).collect();
         let got: Vec<String> = submission
             .tool_outputs
             .iter()
@@ -169,7 +159,7 @@ impl Engine {
             )
             .into());
         }
-        let requests = pending_approvals(&run.body);
+        let requests = pending.approval_requests;
         let answers: Vec<(String, bool, Option<String>)> = submission
             .tool_approvals
             .iter()
@@ -188,15 +178,16 @@ impl Engine {
         })?;
         // The outputs become input items of the run, in the order of its calls.
         let mut outputs: Vec<Item> = pending
+            .tool_calls
             .iter()
-            .filter_map(|(call_id, kind)| {
+            .filter_map(|call| {
                 let output = submission
                     .tool_outputs
                     .iter()
-                    .find(|o| &o.tool_call_id == call_id)?
+                    .find(|o| o.tool_call_id == call.id)?
                     .output
                     .clone();
-                Some(output_item(call_id, kind, output))
+                Some(output_item(&call.id, call.kind, output))
             })
             .collect();
         outputs.extend(decisions.iter().map(|d| {
@@ -250,7 +241,8 @@ impl Engine {
         }
         tracing::info!(response_id = %id, outputs = outputs.len(), "run resumed");
         let mut context = history;
-        context.extend(self.inner.store.input_items(tenant_id, id).await?);
+        let input = self.inner.store.input_items(tenant_id, id).await?;
+        context.extend(input.into_iter().map(Entry::Item));
         let next_sequence = self
             .inner
             .store
@@ -284,7 +276,8 @@ impl Engine {
             .filter_map(Item::as_output)
             .map(|(id, _)| id)
             .collect();
-        for (call_id, _) in pending_calls(&previous.body) {
+        let pending = pending_work(&previous.body);
+        for call_id in pending.tool_calls.iter().map(|c| &c.id) {
             if !answered.contains(call_id.as_str()) {
                 return Err(FieldError::new(
                     "input",
@@ -293,7 +286,7 @@ impl Engine {
                 .into());
             }
         }
-        let requests = pending_approvals(&previous.body);
+        let requests = pending.approval_requests;
         for request in &requests {
             let answered = input.iter().any(|item| {
                 matches!(item, Item::McpApprovalResponse(r) if r.approval_request_id == request.id)
@@ -485,7 +478,7 @@ impl Engine {
 }
 
 /// The input item answering a call of the given `required_action` type.
-fn output_item(call_id: &str, kind: &str, output: ToolOutput) -> Item {
+fn output_item(call_id: &str, kind: CallKind, output: ToolOutput) -> Item {
     let output = CallOutput {
         id: String::new(),
         call_id: call_id.to_string(),
@@ -493,9 +486,9 @@ fn output_item(call_id: &str, kind: &str, output: ToolOutput) -> Item {
         status: None,
     };
     match kind {
-        "custom" => Item::CustomToolCallOutput(output),
-        "local_shell" => Item::LocalShellCallOutput(output),
-        _ => Item::FunctionCallOutput(FunctionCallOutput {
+        CallKind::Custom => Item::CustomToolCallOutput(output),
+        CallKind::LocalShell => Item::LocalShellCallOutput(output),
+        CallKind::Function => Item::FunctionCallOutput(FunctionCallOutput {
             id: output.id,
             call_id: output.call_id,
             output: output.output,
@@ -504,37 +497,15 @@ fn output_item(call_id: &str, kind: &str, output: ToolOutput) -> Item {
     }
 }
 
-/// `{"type": "submit_tool_outputs", …}` as stored. Approval requests are listed beside the
-/// calls (an extension), answered with `tool_approvals`.
-pub(super) fn required_action(
-    expires_at_ms: i64,
-    tool_calls: Vec<Value>,
-    approvals: Vec<Value>,
-) -> Value {
-    let mut action = json!({
-        "type": "submit_tool_outputs",
-        "expires_at": expires_at_ms / 1000,
-        "submit_tool_outputs": {"tool_calls": tool_calls},
-    });
-    if !approvals.is_empty() {
-        action["submit_tool_outputs"]["approval_requests"] = Value::Array(approvals);
-    }
-    action
-}
-
 /// The approval requests a paused run waits for.
-pub(super) fn pending_approvals(body: &ResponseObject) -> Vec<McpApprovalRequest> {
-    body.required_action
-        .as_ref()
-        .and_then(|action| action.pointer("/submit_tool_outputs/approval_requests"))
-        .and_then(|requests| serde_json::from_value(requests.clone()).ok())
-        .unwrap_or_default()
+pub(super) fn pending_approvals(body: &ResponseObject) -> Vec<PendingApproval> {
+    pending_work(body).approval_requests
 }
 
 /// The answers in `answers` (approval request id, approve, reason) for every pending request;
 /// each must be answered exactly once.
 fn decisions(
-    pending: &[McpApprovalRequest],
+    pending: &[PendingApproval],
     answers: &[(String, bool, Option<String>)],
 ) -> Result<Vec<Decision>, Vec<String>> {
     let expected: HashSet<&str> = pending.iter().map(|r| r.id.as_str()).collect();

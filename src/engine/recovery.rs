@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use super::emitter::EventEmitter;
 use super::{Engine, EngineError, Launch, now_ms};
 use crate::protocol::events::Event;
-use crate::protocol::items::{Item, ItemStatus, TurnEnd};
+use crate::protocol::items::{Item, ItemStatus};
 use crate::protocol::response::ResponseStatus;
+use crate::protocol::transcript::Entry;
 use crate::store::{EventRecord, StoredRun};
 
 /// Events read per query while rebuilding a log.
@@ -115,7 +116,8 @@ impl Engine {
             .collect();
         let mut transcript = run.transcript.clone();
         let mut interrupted = 0;
-        for item in transcript.iter_mut() {
+        for entry in transcript.iter_mut() {
+            let Entry::Item(item) = entry else { continue };
             let Item::McpCall(call) = item else { continue };
             if call.status != Some(ItemStatus::InProgress) {
                 continue;
@@ -151,17 +153,21 @@ impl Engine {
             }
         }
         // Tool servers announced before the first checkpoint are not announced again.
-        let announced: Vec<Item> = output
+        let announced: Vec<Entry> = output
             .iter()
             .filter(|item| {
                 matches!(item, Item::McpListTools(l) if l.status == Some(ItemStatus::Completed))
-                    && !transcript.iter().any(|seen| seen.id() == item.id())
+                    && !transcript
+                        .iter()
+                        .filter_map(Entry::item)
+                        .any(|seen| seen.id() == item.id())
             })
             .cloned()
+            .map(Entry::Item)
             .collect();
         transcript.splice(0..0, announced);
-        if !matches!(transcript.last(), None | Some(Item::TurnEnd(_))) {
-            transcript.push(Item::TurnEnd(TurnEnd::default()));
+        if !matches!(transcript.last(), None | Some(Entry::TurnEnd)) {
+            transcript.push(Entry::TurnEnd);
         }
         emitter.flush().await?;
         tracing::warn!(
@@ -186,7 +192,13 @@ impl Engine {
             .await?;
         let (prepared, history) = self.prepare_stored(&tenant_id, &body, &transcript).await?;
         let mut context = history;
-        context.extend(store.input_items(&tenant_id, &id).await?);
+        context.extend(
+            store
+                .input_items(&tenant_id, &id)
+                .await?
+                .into_iter()
+                .map(Entry::Item),
+        );
         let launch = Launch {
             tenant_id,
             body,

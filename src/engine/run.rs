@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::emitter::EventEmitter;
 use super::executor::{CallEvent, ServerCall, TurnCalls};
 use super::hub::{Inserted, LiveChannel};
-use super::toolset::{ClientKind, Executor, ToolSet};
+use super::toolset::{Executor, ToolSet};
 use super::{RunOutcome, close_incomplete, now_ms};
 use crate::config::ToolErrorPolicy;
 use crate::llm::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest};
@@ -23,12 +23,13 @@ use crate::protocol::ids;
 use crate::protocol::items::{
     ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall,
     McpApprovalRequest, McpCall, McpListTools, McpToolInfo, Message, OutputText, Role, ShellAction,
-    TurnEnd,
 };
 use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{
-    IncompleteDetails, ResponseError, ResponseObject, ResponseStatus, Usage,
+    CallKind, IncompleteDetails, PendingApproval, PendingCall, PendingFunction, PendingWork,
+    RequiredAction, ResponseError, ResponseObject, ResponseStatus, Usage,
 };
+use crate::protocol::transcript::Entry;
 use crate::store::{RunEnding, RunState, RunStore, StoreError};
 use crate::tools::registry::RegisteredTool;
 use crate::tools::{ToolContext, ToolErrorKind, ToolResult};
@@ -115,10 +116,10 @@ pub(super) struct RunTask {
     pub client: Arc<dyn LlmClient>,
     pub request: ModelRequest,
     /// Earlier items of the chain and this run's input.
-    pub context: Vec<Item>,
+    pub context: Vec<Entry>,
     pub body: ResponseObject,
     /// What the model has seen of this run's output (hidden calls included).
-    pub transcript: Vec<Item>,
+    pub transcript: Vec<Entry>,
     pub tools: ToolSet,
     /// Tool servers to announce with `mcp_list_tools` (first use in the chain).
     pub listings: Vec<(String, Vec<McpToolInfo>)>,
@@ -133,9 +134,9 @@ pub(super) struct RunTask {
     /// Continuing after a pause: the log goes on from `response.in_progress`.
     pub resumed: bool,
     /// The client calls this run waits for, as `required_action` lists them.
-    pub pending: Vec<Value>,
+    pub pending: Vec<PendingCall>,
     /// The approval requests it waits for, likewise.
-    pub pending_approvals: Vec<Value>,
+    pub pending_approvals: Vec<PendingApproval>,
     /// The client's answers to earlier approval requests, acted on before the next turn.
     pub decisions: Vec<Decision>,
     /// This instance, as the holder of the run's lease.
@@ -174,7 +175,7 @@ impl Admission {
 /// The client's answer to an approval request.
 #[derive(Clone, Debug)]
 pub struct Decision {
-    pub request: McpApprovalRequest,
+    pub request: PendingApproval,
     pub approve: bool,
     pub reason: Option<String>,
 }
@@ -187,7 +188,7 @@ struct OpenMessage {
 }
 
 /// A tool call while the model streams it.
-struct PendingCall {
+struct StreamingCall {
     call_id: String,
     name: String,
     arguments: String,
@@ -321,7 +322,7 @@ impl RunTask {
             }
         }
         self.present(calls).await?;
-        self.transcript.push(Item::TurnEnd(TurnEnd::default()));
+        self.transcript.push(Entry::TurnEnd);
         Ok(())
     }
 
@@ -346,7 +347,7 @@ impl RunTask {
                 Ok(presented) => presented,
                 Err(ending) => return ending,
             };
-            self.transcript.push(Item::TurnEnd(TurnEnd::default()));
+            self.transcript.push(Entry::TurnEnd);
             // Server calls ran: their results are saved with the next turn's request (nothing
             // the model does has effects before its calls are saved). Any other way on ends the
             // run, and the ending saves everything.
@@ -436,7 +437,7 @@ impl RunTask {
         };
         let mut open: Option<OpenMessage> = None;
         // Calls by their index: chunks of several calls may interleave.
-        let mut calls: BTreeMap<u32, PendingCall> = BTreeMap::new();
+        let mut calls: BTreeMap<u32, StreamingCall> = BTreeMap::new();
         loop {
             let next = tokio::select! {
                 _ = self.stop.cancelled() => {
@@ -476,7 +477,7 @@ impl RunTask {
                     if open.is_some() {
                         Box::pin(self.close_message(open.take(), ItemStatus::Completed)).await;
                     }
-                    let call = calls.entry(index).or_insert_with(|| PendingCall {
+                    let call = calls.entry(index).or_insert_with(|| StreamingCall {
                         call_id: id.unwrap_or_else(|| ids::new(ids::CALL)),
                         name: String::new(),
                         arguments: String::new(),
@@ -525,7 +526,7 @@ impl RunTask {
     /// function call streams live as its `function_call` item while no other item is open.
     async fn settle_calls(
         &mut self,
-        calls: &mut BTreeMap<u32, PendingCall>,
+        calls: &mut BTreeMap<u32, StreamingCall>,
         streaming: Option<u32>,
         turn: &mut Turn,
     ) {
@@ -551,7 +552,7 @@ impl RunTask {
         self.start_saved(turn).await;
         if calls.values().all(|c| c.live.is_none())
             && let Some(call) = calls.values_mut().find(|c| {
-                !c.name.is_empty() && self.client_kind(&c.name) == Some(ClientKind::Function)
+                !c.name.is_empty() && self.client_kind(&c.name) == Some(CallKind::Function)
             })
             && self.accepts_call(turn)
         {
@@ -561,7 +562,7 @@ impl RunTask {
     }
 
     /// The end of the model's turn: every call is complete; the live one closes first.
-    async fn finish_calls(&mut self, calls: &mut BTreeMap<u32, PendingCall>, turn: &mut Turn) {
+    async fn finish_calls(&mut self, calls: &mut BTreeMap<u32, StreamingCall>, turn: &mut Turn) {
         if let Some(index) = calls
             .iter()
             .find(|(_, c)| c.live.is_some())
@@ -577,7 +578,7 @@ impl RunTask {
     }
 
     /// Closes an open `function_call` item as it stands (the turn ended early).
-    async fn close_live(&mut self, calls: &mut BTreeMap<u32, PendingCall>, status: ItemStatus) {
+    async fn close_live(&mut self, calls: &mut BTreeMap<u32, StreamingCall>, status: ItemStatus) {
         if let Some(index) = calls
             .iter()
             .find(|(_, c)| c.live.is_some())
@@ -592,7 +593,7 @@ impl RunTask {
 
     /// Whether finishing this call puts an item on the stream now (client calls, approval
     /// requests) rather than later (server calls are shown after the model's turn).
-    fn emits_item(&self, call: &PendingCall) -> bool {
+    fn emits_item(&self, call: &StreamingCall) -> bool {
         match self.tools.get(&call.name) {
             Some(entry) if entry.callable => {
                 matches!(entry.executor, Executor::Client(_)) || entry.needs_approval
@@ -608,7 +609,7 @@ impl RunTask {
     }
 
     /// The item type of a callable client tool.
-    fn client_kind(&self, name: &str) -> Option<ClientKind> {
+    fn client_kind(&self, name: &str) -> Option<CallKind> {
         match self.tools.get(name) {
             Some(entry) if entry.callable => match entry.executor {
                 Executor::Client(kind) => Some(kind),
@@ -652,7 +653,7 @@ impl RunTask {
     async fn checkpoint(&self, turn: Option<&Turn>) -> bool {
         let mut transcript = self.transcript.clone();
         for call in turn.map(|t| t.calls.calls.as_slice()).unwrap_or_default() {
-            transcript.push(Item::McpCall(running_item(call)));
+            transcript.push(Entry::Item(Item::McpCall(running_item(call))));
         }
         match self
             .store
@@ -692,7 +693,7 @@ impl RunTask {
     }
 
     /// Opens a client function call's item and sends the arguments received so far.
-    async fn open_function_call(&mut self, call: &mut PendingCall) {
+    async fn open_function_call(&mut self, call: &mut StreamingCall) {
         let item_id = ids::new(ids::FUNCTION_CALL);
         let output_index = self.body.output.len();
         let item = Item::FunctionCall(FunctionCall {
@@ -720,7 +721,7 @@ impl RunTask {
     /// A call's arguments are complete: a client call's item is closed (or emitted whole); a
     /// server call starts executing, waits for approval, or is refused with the reason as
     /// its result.
-    async fn finish_call(&mut self, mut call: PendingCall, turn: &mut Turn) {
+    async fn finish_call(&mut self, mut call: StreamingCall, turn: &mut Turn) {
         if let Some((output_index, _)) = call.live.clone() {
             self.close_function_call(Some(call), output_index, ItemStatus::Completed)
                 .await;
@@ -775,7 +776,7 @@ impl RunTask {
         }
         turn.accepted += 1;
         match entry.map(|e| (e.executor, e.needs_approval)) {
-            Some((Executor::Client(ClientKind::Function), _)) => {
+            Some((Executor::Client(CallKind::Function), _)) => {
                 self.open_function_call(&mut call).await;
                 if let Some((output_index, _)) = call.live.clone() {
                     self.close_function_call(Some(call), output_index, ItemStatus::Completed)
@@ -820,10 +821,12 @@ impl RunTask {
             arguments: call.arguments.clone(),
             status: Some(ItemStatus::Completed),
         };
-        self.pending_approvals.push(json!({
-            "id": request.id, "server_label": request.server_label,
-            "name": request.name, "arguments": request.arguments,
-        }));
+        self.pending_approvals.push(PendingApproval {
+            id: request.id.clone(),
+            server_label: request.server_label.clone(),
+            name: request.name.clone(),
+            arguments: request.arguments.clone(),
+        });
         let item = Item::McpApprovalRequest(request);
         self.body.output.push(item.clone());
         self.emitter
@@ -838,12 +841,12 @@ impl RunTask {
                 item: item.clone(),
             })
             .await;
-        self.transcript.push(item);
+        self.transcript.push(Entry::Item(item));
     }
 
     async fn close_function_call(
         &mut self,
-        call: Option<PendingCall>,
+        call: Option<StreamingCall>,
         output_index: usize,
         status: ItemStatus,
     ) {
@@ -860,9 +863,14 @@ impl RunTask {
         });
         self.body.output[output_index] = item.clone();
         if status == ItemStatus::Completed {
-            self.pending
-                .push(json!({"id": item_call_id(&item), "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments}}));
+            self.pending.push(PendingCall {
+                id: item_call_id(&item),
+                kind: CallKind::Function,
+                function: PendingFunction {
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                },
+            });
             self.emitter
                 .emit(Event::FunctionCallArgumentsDone {
                     item_id,
@@ -878,15 +886,15 @@ impl RunTask {
                 item: item.clone(),
             })
             .await;
-        self.transcript.push(item);
+        self.transcript.push(Entry::Item(item));
     }
 
     /// Emits the whole item of a complete custom or shell call, and records it as pending.
-    async fn client_item(&mut self, kind: ClientKind, call: &PendingCall) -> Result<(), String> {
+    async fn client_item(&mut self, kind: CallKind, call: &StreamingCall) -> Result<(), String> {
         let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         let output_index = self.body.output.len();
         let (item, input) = match kind {
-            ClientKind::Custom => {
+            CallKind::Custom => {
                 // The model was shown one string argument `input`; anything else is the input.
                 let input = arguments
                     .get("input")
@@ -946,9 +954,14 @@ impl RunTask {
             Item::LocalShellCall(shell) => serde_json::to_string(&shell.action).unwrap_or_default(),
             _ => call.arguments.clone(),
         };
-        self.pending
-            .push(json!({"id": call.call_id, "type": kind.as_str(),
-            "function": {"name": call.name, "arguments": arguments}}));
+        self.pending.push(PendingCall {
+            id: call.call_id.clone(),
+            kind,
+            function: PendingFunction {
+                name: call.name.clone(),
+                arguments,
+            },
+        });
         self.body.output[output_index] = done.clone();
         self.emitter
             .emit(Event::OutputItemDone {
@@ -956,7 +969,7 @@ impl RunTask {
                 item: done.clone(),
             })
             .await;
-        self.transcript.push(done);
+        self.transcript.push(Entry::Item(done));
         Ok(())
     }
 
@@ -1004,7 +1017,8 @@ impl RunTask {
                         items[slot] = Some(item);
                     }
                     // Finished calls are kept.
-                    self.transcript.extend(items.into_iter().flatten());
+                    self.transcript
+                        .extend(items.into_iter().flatten().map(Entry::Item));
                     return Err(self.stop_ending());
                 }
                 event = calls.next_event() => event,
@@ -1027,7 +1041,8 @@ impl RunTask {
             }
         }
         // The model gets the results in its own call order, whatever order they were shown in.
-        self.transcript.extend(items.into_iter().flatten());
+        self.transcript
+            .extend(items.into_iter().flatten().map(Entry::Item));
         Ok(calls
             .calls
             .drain(..)
@@ -1144,7 +1159,7 @@ impl RunTask {
                 item: item.clone(),
             })
             .await;
-        self.transcript.push(item);
+        self.transcript.push(Entry::Item(item));
     }
 
     /// A whole assistant message from known text pieces (the output of a `return_direct`
@@ -1223,7 +1238,7 @@ impl RunTask {
                 item: item.clone(),
             })
             .await;
-        self.transcript.push(item);
+        self.transcript.push(Entry::Item(item));
     }
 
     /// Stores the final state, then sends the terminal event. Returns the upstream failure,
@@ -1255,10 +1270,12 @@ impl RunTask {
                 expires_at = Some(deadline);
                 self.body.status = ResponseStatus::Completed;
                 self.body.completed_at = Some(now_ms() / 1000);
-                self.body.required_action = Some(super::pause::required_action(
-                    deadline,
-                    std::mem::take(&mut self.pending),
-                    std::mem::take(&mut self.pending_approvals),
+                self.body.required_action = Some(RequiredAction::new(
+                    deadline / 1000,
+                    PendingWork {
+                        tool_calls: std::mem::take(&mut self.pending),
+                        approval_requests: std::mem::take(&mut self.pending_approvals),
+                    },
                 ));
                 (RunState::RequiresAction, None)
             }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::llm::ToolSpec;
 use crate::protocol::items::McpToolInfo;
 use crate::protocol::request::FieldError;
+use crate::protocol::response::CallKind;
 use crate::protocol::tools::{AllowedRef, ApprovalPolicy, ToolChoice, ToolDecl};
 use crate::tools::ToolKind;
 use crate::tools::registry::{RegisteredTool, ToolRegistry, compile_schema};
@@ -19,26 +20,7 @@ use crate::tools::registry::{RegisteredTool, ToolRegistry, compile_schema};
 pub enum Executor {
     Server(Arc<RegisteredTool>),
     /// The client (a request tool, or a registry tool marked definition-only).
-    Client(ClientKind),
-}
-
-/// How a client-executed call appears: as which item type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClientKind {
-    Function,
-    Custom,
-    LocalShell,
-}
-
-impl ClientKind {
-    /// The `type` in `required_action.submit_tool_outputs.tool_calls`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClientKind::Function => "function",
-            ClientKind::Custom => "custom",
-            ClientKind::LocalShell => "local_shell",
-        }
-    }
+    Client(CallKind),
 }
 
 /// What the model sees of `local_shell`.
@@ -127,7 +109,7 @@ impl ToolSet {
                         source,
                         &path,
                         ToolEntry {
-                            executor: Executor::Client(ClientKind::Function),
+                            executor: Executor::Client(CallKind::Function),
                             server_label: None,
                             spec: ToolSpec {
                                 name: function.name.clone(),
@@ -149,7 +131,7 @@ impl ToolSet {
                     }
                     let source = format!("{path} (custom)");
                     set.add(&mut sources, &custom.name, source, &path, ToolEntry {
-                        executor: Executor::Client(ClientKind::Custom),
+                        executor: Executor::Client(CallKind::Custom),
                         server_label: None,
                         spec: ToolSpec {
                             name: custom.name.clone(),
@@ -169,7 +151,7 @@ impl ToolSet {
                         source,
                         &path,
                         ToolEntry {
-                            executor: Executor::Client(ClientKind::LocalShell),
+                            executor: Executor::Client(CallKind::LocalShell),
                             server_label: None,
                             spec: ToolSpec {
                                 name: "local_shell".into(),
@@ -250,7 +232,7 @@ impl ToolSet {
                         });
                         let executor = match tool.kind {
                             ToolKind::Executed => Executor::Server(tool.clone()),
-                            ToolKind::DefinitionOnly => Executor::Client(ClientKind::Function),
+                            ToolKind::DefinitionOnly => Executor::Client(CallKind::Function),
                         };
                         let default = server.requires_approval;
                         let needs_approval = matches!(executor, Executor::Server(_))

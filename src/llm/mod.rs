@@ -15,8 +15,8 @@ use futures_util::Stream;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::protocol::items::Item;
 use crate::protocol::response::Usage;
+use crate::protocol::transcript::Entry;
 
 /// What the engine asks of a model for one turn.
 #[derive(Clone, Debug, Default)]
@@ -25,7 +25,7 @@ pub struct ModelRequest {
     pub instructions: Option<String>,
     /// The whole context, oldest first: earlier turns of the chain, the input, and this run's
     /// output so far.
-    pub items: Vec<Item>,
+    pub items: Vec<Entry>,
     pub tools: Vec<ToolSpec>,
     /// `auto`, `none`, `required`, or `{"type":"function","name":…}`.
     pub tool_choice: Option<Value>,

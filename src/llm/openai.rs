@@ -16,6 +16,7 @@ use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelSt
 use crate::config::{LlmConfig, ResolvedProvider, Secret};
 use crate::protocol::items::{ContentPart, Item, Role};
 use crate::protocol::response::{InputTokensDetails, OutputTokensDetails, Usage};
+use crate::protocol::transcript::Entry;
 
 /// How much of an upstream error body is read for its message.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -226,27 +227,37 @@ fn chat_tool_choice(choice: &Value) -> Value {
 /// assistant message with several `tool_calls`, each directly followed by its result, as
 /// chat-completions requires; tool listings are not part of the conversation.
 fn chat_messages(request: &ModelRequest) -> Vec<Value> {
-    let items = &request.items;
-    let client_outputs: HashMap<&str, String> = items.iter().filter_map(Item::as_output).collect();
+    let entries = &request.items;
+    let items = || entries.iter().filter_map(Entry::item);
+    let client_outputs: HashMap<&str, String> = items().filter_map(Item::as_output).collect();
     // Outputs are placed right after their call, wherever the client put them.
-    let called: HashSet<String> = items
-        .iter()
+    let called: HashSet<String> = items()
         .filter_map(Item::as_call)
         .map(|(id, _, _)| id)
         .collect();
-    let mut messages: Vec<Value> = Vec::with_capacity(items.len() + 1);
+    let mut messages: Vec<Value> = Vec::with_capacity(entries.len() + 1);
     if let Some(instructions) = &request.instructions {
         messages.push(json!({"role": "system", "content": instructions}));
     }
+    let call_at = |index: usize| {
+        entries
+            .get(index)
+            .and_then(Entry::item)
+            .and_then(Item::as_call)
+    };
     let mut index = 0;
-    while index < items.len() {
-        let item = &items[index];
+    while index < entries.len() {
+        let Entry::Item(item) = &entries[index] else {
+            // A turn's end only separates the calls of consecutive turns.
+            index += 1;
+            continue;
+        };
         if item.as_call().is_some() {
             let mut calls = Vec::new();
             let mut results = Vec::new();
-            while let Some((id, name, arguments)) = items.get(index).and_then(Item::as_call) {
-                let result = match &items[index] {
-                    Item::McpCall(c) => Some(c.result_text()),
+            while let Some((id, name, arguments)) = call_at(index) {
+                let result = match &entries[index] {
+                    Entry::Item(Item::McpCall(c)) => Some(c.result_text()),
                     _ => client_outputs.get(id.as_str()).cloned(),
                 };
                 calls.push(json!({"id": id, "type": "function",
@@ -659,7 +670,10 @@ mod tests {
                     output: ToolOutput::Text("1".into()),
                     status: None,
                 }),
-            ],
+            ]
+            .into_iter()
+            .map(Entry::Item)
+            .collect(),
             max_output_tokens: Some(50),
             ..ModelRequest::default()
         };

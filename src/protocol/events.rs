@@ -2,6 +2,9 @@
 //! `sequence_number` and serialises it once; that JSON text is what the store keeps and what
 //! every SSE subscriber receives.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 
@@ -201,6 +204,25 @@ impl Event {
             )
         })
     }
+}
+
+/// One event of a run's log, numbered and serialised once: what the store keeps and what
+/// every reader of the run receives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    pub response_id: Arc<str>,
+    pub tenant_id: Arc<str>,
+    pub sequence_number: u64,
+    /// The event's `type`, borrowed for live events, owned when read back.
+    pub event_type: Cow<'static, str>,
+    /// The event's JSON text, serialised once.
+    pub data: Arc<str>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: i64,
+    /// The run's last event for good (see `Event::ends_run`): readers following it live stop
+    /// there instead of looking in the store for more. Known only as the event is emitted;
+    /// an event read back from the store says `false`.
+    pub ends_run: bool,
 }
 
 /// Whether an event of this type ends a stream (the run stopped or paused).

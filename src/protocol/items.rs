@@ -24,16 +24,6 @@ pub enum Item {
     LocalShellCallOutput(CallOutput),
     McpApprovalRequest(McpApprovalRequest),
     McpApprovalResponse(McpApprovalResponse),
-    /// Internal, in stored transcripts only: the end of a model turn, so that calls of
-    /// consecutive turns reach the model as separate assistant messages. Never sent to clients
-    /// and not accepted as input.
-    TurnEnd(TurnEnd),
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TurnEnd {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<ItemStatus>,
 }
 
 impl Item {
@@ -49,7 +39,6 @@ impl Item {
             Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => &o.id,
             Item::McpApprovalRequest(r) => &r.id,
             Item::McpApprovalResponse(r) => &r.id,
-            Item::TurnEnd(_) => "",
         }
     }
 
@@ -97,7 +86,6 @@ impl Item {
             Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => &mut o.status,
             Item::McpApprovalRequest(r) => &mut r.status,
             Item::McpApprovalResponse(r) => &mut r.status,
-            Item::TurnEnd(t) => &mut t.status,
         }
     }
 
@@ -151,7 +139,6 @@ impl Item {
                 ids::assign(&mut r.id, ids::MCP_APPROVAL_RESPONSE);
                 r.status.get_or_insert(ItemStatus::Completed);
             }
-            Item::TurnEnd(_) => {}
         }
     }
 }

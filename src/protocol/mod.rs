@@ -7,3 +7,4 @@ pub mod items;
 pub mod request;
 pub mod response;
 pub mod tools;
+pub mod transcript;

@@ -52,7 +52,76 @@ pub struct ResponseObject {
     pub user: Option<String>,
     pub usage: Option<Usage>,
     /// Extension: non-null while the run waits for the client (SPEC §3).
-    pub required_action: Option<Value>,
+    pub required_action: Option<RequiredAction>,
+}
+
+/// What a paused run waits for (SPEC §3): outputs of the client's calls, and answers to
+/// approval requests (an extension, listed beside the calls).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequiredAction {
+    /// Always `submit_tool_outputs`.
+    #[serde(rename = "type")]
+    pub kind: RequiredActionKind,
+    /// When the run stops waiting (seconds since the Unix epoch).
+    pub expires_at: i64,
+    pub submit_tool_outputs: PendingWork,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequiredActionKind {
+    SubmitToolOutputs,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PendingWork {
+    pub tool_calls: Vec<PendingCall>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_requests: Vec<PendingApproval>,
+}
+
+/// A client call the run waits for; `id` is the call's `call_id`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: CallKind,
+    pub function: PendingFunction,
+}
+
+/// For `custom` calls `arguments` carries the raw input, for `local_shell` the action.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingFunction {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// The item type of a call the client executes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallKind {
+    Function,
+    Custom,
+    LocalShell,
+}
+
+/// An approval request the run waits for: the `mcp_approval_request` item it showed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    pub id: String,
+    pub server_label: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+impl RequiredAction {
+    pub fn new(expires_at_secs: i64, work: PendingWork) -> RequiredAction {
+        RequiredAction {
+            kind: RequiredActionKind::SubmitToolOutputs,
+            expires_at: expires_at_secs,
+            submit_tool_outputs: work,
+        }
+    }
 }
 
 /// `error` of a failed response: `{code, message}`.

@@ -5,13 +5,14 @@ pub mod postgres;
 mod sql;
 pub mod sqlite;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
+pub use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
 use crate::protocol::response::ResponseObject;
+use crate::protocol::transcript::Entry;
 
 /// The tenant every row belongs to until API keys arrive.
 pub const DEFAULT_TENANT: &str = "default";
@@ -136,7 +137,7 @@ pub struct IdempotentRequest {
 #[derive(Clone, Debug)]
 pub struct RunUpdate<'a> {
     pub body: &'a ResponseObject,
-    pub transcript: &'a [Item],
+    pub transcript: &'a [Entry],
     /// Who executes the run from now on (`None`: nobody, it is stopped or waiting).
     pub lease_owner: Option<&'a str>,
     pub lease_expires_at: Option<i64>,
@@ -164,7 +165,7 @@ pub struct RunEnding {
     pub id: String,
     pub to: RunState,
     pub body: ResponseObject,
-    pub transcript: Vec<Item>,
+    pub transcript: Vec<Entry>,
     /// Until when a `requires_action` run waits.
     pub expires_at: Option<i64>,
     pub owner: String,
@@ -194,28 +195,11 @@ pub struct StoredRun {
     pub state: RunState,
     pub body: ResponseObject,
     /// Everything the model saw of the output (hidden tool calls included).
-    pub transcript: Vec<Item>,
+    pub transcript: Vec<Entry>,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub expires_at: Option<i64>,
     pub updated_at: i64,
-}
-
-/// One event of a run's log, as streamed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventRecord {
-    pub response_id: Arc<str>,
-    pub tenant_id: Arc<str>,
-    pub sequence_number: u64,
-    /// The event's `type`, borrowed for live events, owned when read back.
-    pub event_type: Cow<'static, str>,
-    /// The event's JSON text, serialised once.
-    pub data: Arc<str>,
-    pub created_at: i64,
-    /// The run's last event for good (see `Event::ends_run`): readers following it live stop
-    /// there instead of looking in the store for more. Known only as the event is emitted;
-    /// an event read back from the store says `false`.
-    pub ends_run: bool,
 }
 
 /// One page of `input_items`.
@@ -315,7 +299,7 @@ pub trait RunStore: Send + Sync + 'static {
         id: &str,
         owner: &str,
         body: &ResponseObject,
-        transcript: &[Item],
+        transcript: &[Entry],
         now_ms: i64,
     ) -> Result<(), StoreError>;
 

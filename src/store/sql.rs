@@ -23,7 +23,7 @@ pub(super) struct RunRow {
     pub tenant_id: String,
     pub state: String,
     pub body: Json<ResponseObject>,
-    pub transcript: Json<Vec<Item>>,
+    pub transcript: Json<Vec<crate::protocol::transcript::Entry>>,
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub expires_at: Option<i64>,
@@ -411,7 +411,7 @@ macro_rules! impl_run_store {
                 id: &str,
                 owner: &str,
                 body: &$crate::protocol::response::ResponseObject,
-                transcript: &[$crate::protocol::items::Item],
+                transcript: &[$crate::protocol::transcript::Entry],
                 now_ms: i64,
             ) -> Result<(), $crate::store::StoreError> {
                 let updated = sqlx::query(
