@@ -7,6 +7,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::items::Item;
 
 /// One entry of a model's context.
+// Nearly every entry is an item: boxing them would cost an allocation each for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
     Item(Item),
@@ -45,6 +47,7 @@ enum Marker {
 }
 
 /// An entry as stored: the marker is tried first (it fails at once on an item's `type`).
+#[allow(clippy::large_enum_variant)]
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum Stored {
