@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::engine::hub::{EventHub, HubWriter};
 use crate::engine::{Engine, EngineSettings};
 use crate::llm::ModelRouter;
-use crate::store;
+use crate::store::{self, Backend, sqlite::InstanceLock};
 use crate::tools::ToolHandler;
 use crate::tools::registry::ToolRegistry;
 
@@ -33,6 +33,8 @@ pub struct Application {
     writer: HubWriter,
     router: axum::Router,
     grace: Duration,
+    /// This instance's claim on an SQLite file, let go when it has stopped.
+    _lock: Option<InstanceLock>,
 }
 
 impl Application {
@@ -50,6 +52,11 @@ impl Application {
     ) -> anyhow::Result<Application> {
         // Tool problems are configuration errors: found before the database is touched.
         let registry = Arc::new(ToolRegistry::from_config_with(&config, tools)?);
+        // One instance serves an SQLite file: a second one stops here, saying why.
+        let lock = match config.database.url.starts_with("sqlite:") {
+            true => InstanceLock::acquire(&config.database.url)?,
+            false => None,
+        };
         let store = store::connect(&config.database.url, config.database.max_connections)
             .await
             .with_context(|| {
@@ -59,9 +66,14 @@ impl Application {
                 )
             })?;
         let models = ModelRouter::from_config(&config)?;
-        let (hub, writer) = EventHub::start(store.clone(), config.runs.event_batch_max);
+        let instance_id = uuid::Uuid::now_v7().simple().to_string();
+        let (hub, writer) = EventHub::start(
+            store.clone(),
+            instance_id.clone(),
+            config.runs.event_batch_max,
+        );
         let settings = EngineSettings {
-            instance_id: uuid::Uuid::now_v7().simple().to_string(),
+            instance_id,
             lease_ttl: Duration::from_millis(config.runs.lease_ttl_ms),
             tools: config.tools.clone(),
             requires_action_ttl: Duration::from_millis(config.runs.requires_action_ttl_ms),
@@ -74,14 +86,15 @@ impl Application {
             ),
         };
         let engine = Engine::new(store.clone(), hub, models, registry, settings);
-        // One process owns an SQLite file, so whatever it finds unfinished was abandoned.
+        // One process serves an SQLite file (it holds the lock), so whatever it finds
+        // running was left by a previous process.
         let recovered = engine
-            .recover_abandoned(store.backend() == "sqlite")
+            .recover_abandoned(store.backend() == Backend::Sqlite)
             .await?;
         if recovered > 0 {
             tracing::warn!(
                 runs = recovered,
-                "failed runs left unfinished by a previous process"
+                "took over runs left unfinished by a previous process"
             );
         }
         engine.start_maintenance();
@@ -103,6 +116,7 @@ impl Application {
             writer,
             router: router(state),
             grace: Duration::from_secs(config.server.shutdown_grace_seconds),
+            _lock: lock,
         })
     }
 
@@ -112,7 +126,7 @@ impl Application {
 
     /// Serves until `signal` resolves, then shuts down:
     /// 1. stop accepting connections;
-    /// 2. let running runs finish within the grace period, then cancel and fail the rest;
+    /// 2. let running runs finish within the grace period, then hand the rest over;
     /// 3. give open connections a moment to send their last events;
     /// 4. drain the event writer so every emitted event is stored.
     pub async fn run_until(

@@ -11,4 +11,5 @@ pub mod error;
 pub mod llm;
 pub mod protocol;
 pub mod store;
+pub mod time;
 pub mod tools;

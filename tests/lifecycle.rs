@@ -13,6 +13,7 @@ use switchyard::engine::emitter::EventEmitter;
 use switchyard::protocol::events::Event;
 use switchyard::protocol::ids;
 use switchyard::store::{self, NewRun, RunState};
+use switchyard::time::UnixMillis;
 
 #[tokio::test]
 async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
@@ -49,7 +50,7 @@ async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
 }
 
 #[tokio::test]
-async fn a_graceful_shutdown_fails_runs_that_outlive_the_grace_period() {
+async fn a_graceful_shutdown_hands_runs_that_outlive_the_grace_period_over_to_the_next_instance() {
     for (url, _dir) in database_urls().await {
         let grace = |c: &mut switchyard::config::Config| c.server.shutdown_grace_seconds = 1;
         let mut app = spawn_app_on(&url, grace).await;
@@ -61,40 +62,66 @@ async fn a_graceful_shutdown_fails_runs_that_outlive_the_grace_period() {
                 Step::Hang,
             ],
         });
-        let response = app
-            .client
-            .post(app.url("/v1/responses"))
-            .json(&json!({"model": "gpt-4o-mini", "input": "hang", "stream": true}))
-            .send()
-            .await
-            .unwrap();
-        let reader = tokio::spawn(read_sse(response));
+        let (id, reader) = start_stream(
+            &app,
+            json!({"model": "gpt-4o-mini", "input": "hang", "stream": true}),
+        )
+        .await;
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         app.shutdown().await;
 
-        // The open stream saw the run end cleanly.
+        // The open stream saw the cut message closed, and nothing that ends the run.
         let sse = reader.await.unwrap();
         assert_numbering(&sse);
-        assert!(sse.done, "{url}: {}", sse.raw);
-        let n = sse.events.len();
-        assert_eq!(sse.events[n - 2].data["code"], "server_shutdown");
-        assert_eq!(sse.last().event, "response.failed");
         let item_done = sse
             .events
             .iter()
             .find(|e| e.event == "response.output_item.done")
             .unwrap();
-        assert_eq!(item_done.data["item"]["status"], "incomplete");
-
-        let id = sse.response_id();
-        let app = app.restart(|_| {}).await;
-        let (_, stored) = app.get(&format!("/v1/responses/{id}")).await;
-        assert_eq!(stored["status"], "failed");
-        assert_eq!(
-            stored["error"]["message"],
-            "The run was stopped because the service shut down."
+        assert_eq!(item_done.data["item"]["status"], "incomplete", "{url}");
+        assert!(
+            !sse.types()
+                .iter()
+                .any(|t| *t == "response.failed" || *t == "error"),
+            "{url}: {}",
+            sse.raw
         );
+
+        // The next instance on the database takes it over at once and finishes it, asking
+        // the model again for the turn that was cut.
+        app.llm.push(Turn::text("A whole answer"));
+        let app = app.restart(|_| {}).await;
+        let stored = app.wait_until_stopped(&id).await;
+        assert_eq!(stored["status"], "completed", "{url}: {stored}");
+        assert_eq!(stored["output"][0]["status"], "incomplete");
         assert_eq!(stored["output"][0]["content"][0]["text"], "never");
+        assert_eq!(stored["output"][1]["content"][0]["text"], "A whole answer");
+        let requests = app.llm.requests();
+        assert_eq!(requests.len(), 2, "{url}");
+        assert_eq!(requests[0]["messages"], requests[1]["messages"]);
+        let log = app.replay(&id, "").await;
+        assert_numbering(&log);
+        assert!(log.done, "{url}");
+        for (replayed, seen) in log.events.iter().zip(&sse.events) {
+            assert_eq!(
+                replayed.data, seen.data,
+                "{url}: the log keeps what was streamed"
+            );
+        }
+        let terminal = log
+            .types()
+            .iter()
+            .filter(|t| {
+                [
+                    "response.completed",
+                    "response.failed",
+                    "response.incomplete",
+                ]
+                .contains(t)
+            })
+            .count();
+        assert_eq!(terminal, 1, "{url}: {:?}", log.types());
+        assert_eq!(log.last().event, "response.completed");
     }
 }
 
@@ -122,15 +149,18 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_complete
                 state: RunState::InProgress,
                 body: body.clone(),
                 input_items: vec![],
-                lease_owner: Some("crashed-instance".into()),
-                lease_expires_at: Some(1),
-                now_ms: 1,
+                lease: Some(store::Lease {
+                    holder: "crashed-instance".into(),
+                    until: UnixMillis::from_millis(1),
+                }),
+                now: UnixMillis::from_millis(1),
                 initial_events: vec![],
                 idempotency: None,
             })
             .await
             .unwrap();
-        let (hub, writer) = switchyard::engine::hub::EventHub::start(store.clone(), 16);
+        let (hub, writer) =
+            switchyard::engine::hub::EventHub::start(store.clone(), "crashed-instance".into(), 16);
         let mut emitter =
             EventEmitter::new(hub.clone(), Arc::from(id.as_str()), Arc::from("default"), 0);
         body.status = switchyard::protocol::response::ResponseStatus::InProgress;

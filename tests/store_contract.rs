@@ -4,36 +4,49 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
+use switchyard::engine::control::RunControl;
+use switchyard::engine::hub::EventHub;
+use switchyard::protocol::events::EventRecord;
 use switchyard::protocol::ids;
 use switchyard::protocol::items::{ContentPart, Item, Message, Role};
 use switchyard::protocol::response::{ResponseObject, ResponseStatus};
 use switchyard::protocol::transcript::Entry;
 use switchyard::store::{
-    self, EventRecord, ItemPage, NewRun, RunState, RunStore, RunUpdate, StoreError,
+    self, Backend, Change, Lease, Loss, NewRun, Notification, Order, RunEnding, RunState, RunStore,
+    StoreError, Transition, WriteBatch,
 };
+use switchyard::time::UnixMillis;
 use tempfile::TempDir;
 
-struct Backend {
+struct Db {
     store: Arc<dyn RunStore>,
+    url: String,
     _dir: Option<TempDir>,
 }
 
-async fn backends() -> Vec<Backend> {
+async fn backends() -> Vec<Db> {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/contract.db", dir.path().display());
-    let mut list = vec![Backend {
+    let mut list = vec![Db {
         store: store::connect(&url, 4).await.unwrap(),
+        url,
         _dir: Some(dir),
     }];
     if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
-        list.push(Backend {
+        list.push(Db {
             store: store::connect(&url, 4).await.unwrap(),
+            url,
             _dir: None,
         });
     }
     list
+}
+
+fn at(millis: i64) -> UnixMillis {
+    UnixMillis::from_millis(millis)
 }
 
 fn body(id: &str) -> ResponseObject {
@@ -63,45 +76,85 @@ fn message(text: &str) -> Item {
     item
 }
 
-fn new_run(id: &str, items: usize, owner: &str, lease_expires_at: i64) -> NewRun {
+/// A running run held by `holder` until `until`.
+fn new_run(id: &str, items: usize, holder: &str, until: i64) -> NewRun {
     NewRun {
         tenant_id: store::DEFAULT_TENANT.into(),
         state: RunState::InProgress,
         body: body(id),
         input_items: (0..items).map(|i| message(&format!("m{i}"))).collect(),
-        lease_owner: Some(owner.into()),
-        lease_expires_at: Some(lease_expires_at),
-        now_ms: 1_000,
+        lease: Some(Lease {
+            holder: holder.into(),
+            until: at(until),
+        }),
+        now: at(1_000),
         initial_events: vec![],
         idempotency: None,
     }
 }
 
-fn update<'a>(body: &'a ResponseObject, transcript: &'a [Entry], now_ms: i64) -> RunUpdate<'a> {
-    RunUpdate {
-        body,
-        transcript,
-        lease_owner: None,
-        lease_expires_at: None,
-        expires_at: None,
-        append_input: &[],
-        expected_owner: None,
-        now_ms,
-    }
+fn event(id: &str, n: u64) -> EventRecord {
+    event_of(id, n, "response.output_text.delta")
 }
 
-fn event(id: &str, n: u64) -> EventRecord {
+fn event_of(id: &str, n: u64, kind: &'static str) -> EventRecord {
     EventRecord {
         response_id: Arc::from(id),
         tenant_id: Arc::from(store::DEFAULT_TENANT),
         sequence_number: n,
-        event_type: Cow::Borrowed("response.output_text.delta"),
-        data: Arc::from(format!(
-            r#"{{"type":"response.output_text.delta","sequence_number":{n}}}"#
-        )),
+        event_type: Cow::Borrowed(kind),
+        data: Arc::from(format!(r#"{{"type":"{kind}","sequence_number":{n}}}"#)),
         created_at: 5,
         ends_run: false,
     }
+}
+
+fn batch<'a>(
+    holder: &'a str,
+    runs: &'a [NewRun],
+    events: &'a [EventRecord],
+    endings: &'a [RunEnding],
+) -> WriteBatch<'a> {
+    WriteBatch {
+        holder,
+        runs: runs.iter().collect(),
+        events,
+        endings: endings.iter().collect(),
+    }
+}
+
+/// The holder's ending of `id` in `to`, with its closing events `first..`.
+fn ending(id: &str, to: RunState, first: u64, closing: usize) -> RunEnding {
+    let mut done = body(id);
+    done.status = ResponseStatus::Completed;
+    RunEnding {
+        id: id.into(),
+        transition: Transition::ending(to).unwrap(),
+        body: done,
+        transcript: vec![Entry::Item(message("answer"))],
+        expires_at: None,
+        now: at(2_000),
+        events: (first..first + closing as u64)
+            .map(|n| event_of(id, n, "response.completed"))
+            .collect(),
+    }
+}
+
+/// The holder `caller` ends `id` in `to` through a transition.
+fn end<'a>(id: &'a str, to: RunState, caller: &'a str, now: i64) -> Change<'a> {
+    Change {
+        now: at(now),
+        ..Change::new(id, Transition::ending(to).unwrap(), caller)
+    }
+}
+
+async fn numbers(store: &dyn RunStore, id: &str) -> Vec<u64> {
+    let events = store.events_after(id, None, 10_000).await.unwrap();
+    events.iter().map(|e| e.sequence_number).collect()
+}
+
+async fn state(store: &dyn RunStore, id: &str) -> RunState {
+    store.state_of(id).await.unwrap().unwrap()
 }
 
 #[tokio::test]
@@ -111,10 +164,11 @@ async fn a_run_is_stored_with_its_input_items_and_read_back_unchanged() {
         let run = new_run(&id, 3, "a", 10);
         b.store.insert_run(&run).await.unwrap();
         let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
-        assert_eq!(stored.state, RunState::InProgress, "{}", b.store.backend());
+        assert_eq!(stored.state, RunState::InProgress, "{}", b.url);
         assert_eq!(stored.body, run.body);
         assert_eq!(stored.lease_owner.as_deref(), Some("a"));
-        assert_eq!(stored.lease_expires_at, Some(10));
+        assert_eq!(stored.lease_expires_at, Some(at(10)));
+        assert!(!stored.cancel_requested);
         assert_eq!(
             b.store
                 .input_items(store::DEFAULT_TENANT, &id)
@@ -135,38 +189,84 @@ async fn a_run_is_stored_with_its_input_items_and_read_back_unchanged() {
 }
 
 #[tokio::test]
+async fn text_with_a_nul_character_is_stored_and_read_back_exactly_and_a_key_holding_one_finds_nothing()
+ {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        let nul = "before\u{0}after";
+        let mut run = new_run(&id, 0, "a", 10);
+        run.body.instructions = Some(nul.into());
+        run.body.metadata.insert("k".into(), json!(nul));
+        run.input_items = vec![message(nul)];
+        b.store.insert_run(&run).await.unwrap();
+        let mut data = event(&id, 0);
+        data.data = Arc::from(serde_json::to_string(&json!({"delta": nul})).unwrap());
+        let outcome = b
+            .store
+            .write_batch(&batch("a", &[], &[data.clone()], &[]))
+            .await;
+        assert!(outcome.lost.is_empty(), "{}: {:?}", b.url, outcome.lost);
+        let mut done = ending(&id, RunState::Completed, 1, 1);
+        done.body.output = vec![message(nul)];
+        done.transcript = vec![Entry::Item(message(nul)), Entry::TurnEnd];
+        let outcome = b
+            .store
+            .write_batch(&batch("a", &[], &[], &[done.clone()]))
+            .await;
+        assert!(
+            outcome.endings[0].is_ok(),
+            "{}: {:?}",
+            b.url,
+            outcome.endings
+        );
+
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.body, done.body, "{}", b.url);
+        assert_eq!(stored.transcript, done.transcript);
+        let items = b.store.input_items(store::DEFAULT_TENANT, &id).await;
+        assert_eq!(items.unwrap(), run.input_items);
+        let logged = b.store.events_after(&id, None, 10).await.unwrap();
+        assert_eq!(logged[0].data, data.data);
+        assert_eq!(b.store.state_of("resp_\u{0}").await.unwrap(), None);
+        assert!(matches!(
+            b.store.get_run(store::DEFAULT_TENANT, "resp_\u{0}").await,
+            Err(StoreError::NotFound)
+        ));
+        let key = b
+            .store
+            .find_idempotent(store::DEFAULT_TENANT, "k\u{0}")
+            .await;
+        assert_eq!(key.unwrap(), None);
+    }
+}
+
+#[tokio::test]
 async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
     for b in backends().await {
         let id = ids::new(ids::RESPONSE);
         b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
         let mut done = body(&id);
         done.status = ResponseStatus::Completed;
-        b.store
-            .transition(
-                &id,
-                RunState::InProgress,
-                RunState::Completed,
-                &update(&done, &[Entry::Item(message("seen"))], 2_000),
-            )
-            .await
-            .unwrap();
+        let seen = [Entry::Item(message("seen"))];
+        let change = Change {
+            body: Some(&done),
+            transcript: Some(&seen),
+            ..end(&id, RunState::Completed, "a", 2_000)
+        };
+        let applied = b.store.transition(&change).await.unwrap();
+        assert_eq!(applied.next_sequence, 0, "an empty log continues at 0");
         let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.state, RunState::Completed);
         assert_eq!(stored.body.status, ResponseStatus::Completed);
-        assert_eq!(stored.updated_at, 2_000);
+        assert_eq!(stored.updated_at, at(2_000));
         assert_eq!(
-            stored.transcript.len(),
-            1,
+            stored.transcript, seen,
             "the transcript is stored with the state"
         );
+        assert_eq!(stored.lease_owner, None, "a stopped run is held by nobody");
         let again = b
             .store
-            .transition(
-                &id,
-                RunState::InProgress,
-                RunState::Failed,
-                &update(&done, &[], 3_000),
-            )
+            .transition(&end(&id, RunState::Failed, "a", 3_000))
             .await;
         assert!(
             matches!(
@@ -179,14 +279,68 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
         );
         let missing = b
             .store
-            .transition(
-                "resp_none",
-                RunState::InProgress,
-                RunState::Failed,
-                &update(&done, &[], 3_000),
-            )
+            .transition(&end("resp_none", RunState::Failed, "a", 3_000))
             .await;
         assert!(matches!(missing, Err(StoreError::NotFound)));
+    }
+}
+
+#[tokio::test]
+async fn a_change_whose_lease_guard_does_not_hold_is_refused_without_touching_the_run() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store
+            .insert_run(&new_run(&id, 0, "a", 10_000))
+            .await
+            .unwrap();
+        // Not the holder: it cannot end the run, nor hand it over.
+        for change in [
+            end(&id, RunState::Completed, "b", 5),
+            Change::new(&id, Transition::HAND_OVER, "b"),
+        ] {
+            let refused = b.store.transition(&change).await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(StoreError::Conflict {
+                        actual: RunState::InProgress
+                    })
+                ),
+                "{}: {refused:?}",
+                b.url
+            );
+        }
+        // A running run is nobody's to cancel as if it were paused, or to take over while its
+        // lease holds.
+        let paused = b
+            .store
+            .transition(&Change::new(&id, Transition::CANCEL_PAUSED, "b"))
+            .await;
+        assert!(
+            matches!(paused, Err(StoreError::Conflict { .. })),
+            "{paused:?}"
+        );
+        let lease = Lease {
+            holder: "b".into(),
+            until: at(99_000),
+        };
+        assert!(
+            b.store
+                .claim_stale(&id, &lease, at(5_000))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.state, RunState::InProgress);
+        assert_eq!(stored.lease_owner.as_deref(), Some("a"));
+        assert_eq!(stored.updated_at, at(1_000));
+        // A final state has no way out in the table at all.
+        for from in RunState::ALL.into_iter().filter(|s| s.is_final()) {
+            for to in RunState::ALL {
+                assert_eq!(Transition::unheld(from, to), None);
+            }
+        }
     }
 }
 
@@ -199,25 +353,57 @@ async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
             let store = b.store.clone();
             let id = id.clone();
             tokio::spawn(async move {
-                let to = if i % 2 == 0 {
-                    RunState::Completed
-                } else {
-                    RunState::Cancelled
+                let to = match i % 2 {
+                    0 => RunState::Completed,
+                    _ => RunState::Cancelled,
                 };
-                store
-                    .transition(&id, RunState::InProgress, to, &update(&body(&id), &[], 1))
-                    .await
+                let closing = |next: u64| vec![event_of(&id, next, "response.failed")];
+                let change = Change {
+                    closing: Some(&closing),
+                    ..end(&id, to, "a", 1)
+                };
+                store.transition(&change).await
             })
         });
         let results = futures_util::future::join_all(attempts).await;
-        let wins = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
-        assert_eq!(wins, 1, "{}", b.store.backend());
-        // Every loser is told the run moved on; none fails otherwise.
+        let wins = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
+        assert_eq!(wins, 1, "{}", b.url);
+        // Every loser is told the run moved on; none fails otherwise, and none wrote.
         assert!(
             results
                 .iter()
-                .all(|r| matches!(r, Ok(Ok(()) | Err(StoreError::Conflict { .. }))))
+                .all(|r| matches!(r, Ok(Ok(_) | Err(StoreError::Conflict { .. }))))
         );
+        assert_eq!(numbers(&*b.store, &id).await, [0]);
+    }
+}
+
+#[tokio::test]
+async fn a_transitions_closing_events_follow_the_log_and_commit_with_it_or_not_at_all() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        let events = [event(&id, 0), event(&id, 1), event(&id, 2)];
+        b.store.write_batch(&batch("a", &[], &events, &[])).await;
+        let closing = |next: u64| {
+            vec![
+                event_of(&id, next, "error"),
+                event_of(&id, next + 1, "response.failed"),
+            ]
+        };
+        let change = Change {
+            closing: Some(&closing),
+            ..end(&id, RunState::Failed, "a", 5)
+        };
+        let applied = b.store.transition(&change).await.unwrap();
+        assert_eq!(applied.next_sequence, 5, "{}", b.url);
+        assert_eq!(numbers(&*b.store, &id).await, [0, 1, 2, 3, 4]);
+        let last = b.store.events_after(&id, Some(3), 1).await.unwrap();
+        assert_eq!(last[0].event_type, "response.failed");
+        // The run moved on: a second ending writes neither state nor events.
+        let again = b.store.transition(&change).await;
+        assert!(matches!(again, Err(StoreError::Conflict { .. })));
+        assert_eq!(numbers(&*b.store, &id).await.len(), 5);
     }
 }
 
@@ -225,19 +411,21 @@ async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
 async fn events_are_appended_in_batches_and_read_in_order_after_any_point() {
     for b in backends().await {
         let id = ids::new(ids::RESPONSE);
-        let other = ids::new(ids::RESPONSE);
         b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
-        // One batch mixing two runs, larger than one INSERT chunk.
-        let mut batch: Vec<EventRecord> = (0..1500).map(|n| event(&id, n)).collect();
-        batch.extend((0..3).map(|n| event(&other, n)));
-        b.store.append_events(&batch).await.unwrap();
+        // One batch, larger than one INSERT chunk.
+        let events: Vec<EventRecord> = (0..1500).map(|n| event(&id, n)).collect();
+        let outcome = b.store.write_batch(&batch("a", &[], &events, &[])).await;
+        assert!(outcome.lost.is_empty(), "{}: {:?}", b.url, outcome.lost);
 
         let first = b.store.events_after(&id, None, 10).await.unwrap();
         assert_eq!(
             first.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
             (0..10).collect::<Vec<_>>()
         );
-        assert_eq!(first[3], batch[3], "an event reads back exactly as written");
+        assert_eq!(
+            first[3], events[3],
+            "an event reads back exactly as written"
+        );
         let tail = b.store.events_after(&id, Some(1495), 100).await.unwrap();
         assert_eq!(
             tail.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
@@ -248,9 +436,142 @@ async fn events_are_appended_in_batches_and_read_in_order_after_any_point() {
             b.store.last_sequence_number("resp_none").await.unwrap(),
             None
         );
+    }
+}
 
-        // The log is append-only: a sequence number cannot be written twice.
-        assert!(b.store.append_events(&[event(&id, 7)]).await.is_err());
+#[tokio::test]
+async fn events_of_a_run_the_writer_does_not_hold_are_not_written_and_are_reported() {
+    for b in backends().await {
+        let (held, other, paused) = (
+            ids::new(ids::RESPONSE),
+            ids::new(ids::RESPONSE),
+            ids::new(ids::RESPONSE),
+        );
+        b.store
+            .insert_run(&new_run(&held, 0, "a", 10))
+            .await
+            .unwrap();
+        b.store
+            .insert_run(&new_run(&other, 0, "b", 10))
+            .await
+            .unwrap();
+        b.store
+            .insert_run(&new_run(&paused, 0, "a", 10))
+            .await
+            .unwrap();
+        let pause = Change {
+            expires_at: Some(at(9_000)),
+            ..end(&paused, RunState::RequiresAction, "a", 5)
+        };
+        b.store.transition(&pause).await.unwrap();
+        for events in [
+            // The common batch, events alone (one statement on SQLite)…
+            vec![event(&held, 0), event(&other, 0), event(&paused, 0)],
+            // …and one with a new run and an ending beside them (a transaction).
+            vec![event(&held, 1), event(&other, 1), event(&paused, 1)],
+        ] {
+            let new = ids::new(ids::RESPONSE);
+            let runs = match events[0].sequence_number {
+                0 => Vec::new(),
+                _ => vec![new_run(&new, 0, "a", 10)],
+            };
+            let endings = match events[0].sequence_number {
+                0 => Vec::new(),
+                _ => vec![ending(&other, RunState::Completed, 1, 1)],
+            };
+            let outcome = b
+                .store
+                .write_batch(&batch("a", &runs, &events, &endings))
+                .await;
+            let mut lost: Vec<&str> = outcome.lost.keys().map(|id| &**id).collect();
+            lost.sort_unstable();
+            let mut expected = vec![other.as_str(), paused.as_str()];
+            expected.sort_unstable();
+            assert_eq!(lost, expected, "{}", b.url);
+            assert!(outcome.lost.values().all(|l| matches!(l, Loss::NotHeld)));
+            assert!(matches!(
+                outcome.endings.first(),
+                None | Some(Err(StoreError::Conflict { .. }))
+            ));
+        }
+        assert_eq!(numbers(&*b.store, &held).await, [0, 1], "{}", b.url);
+        assert!(numbers(&*b.store, &other).await.is_empty());
+        assert!(numbers(&*b.store, &paused).await.is_empty());
+        assert_eq!(state(&*b.store, &other).await, RunState::InProgress);
+    }
+}
+
+#[tokio::test]
+async fn a_batch_the_database_refuses_loses_only_the_offending_runs_part() {
+    for b in backends().await {
+        let (good, clashing) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
+        b.store
+            .insert_run(&new_run(&good, 0, "a", 10))
+            .await
+            .unwrap();
+        b.store
+            .insert_run(&new_run(&clashing, 0, "a", 10))
+            .await
+            .unwrap();
+        b.store
+            .write_batch(&batch("a", &[], &[event(&clashing, 0)], &[]))
+            .await;
+        // The clashing run's event 0 is already stored: the log is append-only.
+        let events = [
+            event(&good, 0),
+            event(&clashing, 1),
+            event(&clashing, 0),
+            event(&good, 1),
+        ];
+        let endings = [ending(&clashing, RunState::Completed, 2, 1)];
+        let outcome = b
+            .store
+            .write_batch(&batch("a", &[], &events, &endings))
+            .await;
+        assert_eq!(outcome.lost.len(), 1, "{}: {:?}", b.url, outcome.lost);
+        assert!(matches!(
+            outcome.lost.get(clashing.as_str()),
+            Some(Loss::Failed(StoreError::Rejected(_)))
+        ));
+        assert!(
+            outcome.endings[0].is_err(),
+            "no ending after a hole in the log"
+        );
+        assert_eq!(numbers(&*b.store, &good).await, [0, 1], "{}", b.url);
+        assert_eq!(numbers(&*b.store, &clashing).await, [0]);
+        assert_eq!(state(&*b.store, &clashing).await, RunState::InProgress);
+    }
+}
+
+#[tokio::test]
+async fn a_new_run_whose_row_is_refused_is_reported_and_the_others_of_its_batch_are_stored() {
+    for b in backends().await {
+        let taken = ids::new(ids::RESPONSE);
+        b.store
+            .insert_run(&new_run(&taken, 1, "a", 10))
+            .await
+            .unwrap();
+        let fresh = ids::new(ids::RESPONSE);
+        let runs = [new_run(&fresh, 3, "a", 10), new_run(&taken, 2, "a", 10)];
+        let events = [event(&fresh, 0), event(&taken, 0)];
+        let outcome = b.store.write_batch(&batch("a", &runs, &events, &[])).await;
+        assert!(outcome.not_inserted.contains_key(&taken), "{}", b.url);
+        assert!(!outcome.not_inserted.contains_key(&fresh));
+        let stored = b
+            .store
+            .get_run(store::DEFAULT_TENANT, &fresh)
+            .await
+            .unwrap();
+        assert_eq!(stored.body, runs[0].body, "{}", b.url);
+        let items = b.store.input_items(store::DEFAULT_TENANT, &fresh).await;
+        assert_eq!(items.unwrap(), runs[0].input_items);
+        assert_eq!(numbers(&*b.store, &fresh).await, [0]);
+        let items = b.store.input_items(store::DEFAULT_TENANT, &taken).await;
+        assert_eq!(
+            items.unwrap().len(),
+            1,
+            "the first run with this id is untouched"
+        );
     }
 }
 
@@ -260,43 +581,33 @@ async fn input_items_page_forwards_and_backwards() {
         let id = ids::new(ids::RESPONSE);
         let run = new_run(&id, 5, "a", 10);
         b.store.insert_run(&run).await.unwrap();
-        let page = |limit, descending, after: Option<&Item>| ItemPage {
-            limit,
-            descending,
-            after: after.map(|i| i.id().to_string()),
-        };
         let t = store::DEFAULT_TENANT;
-        let (items, more) = b
+        let items = &run.input_items;
+        let (page, more) = b
             .store
-            .list_input_items(t, &id, &page(2, false, None))
+            .list_input_items(t, &id, 2, Order::Ascending, None)
             .await
             .unwrap();
-        assert_eq!(items, run.input_items[..2]);
+        assert_eq!(page, items[..2]);
         assert!(more);
-        let (items, more) = b
+        let (page, more) = b
             .store
-            .list_input_items(t, &id, &page(10, false, Some(&run.input_items[2])))
+            .list_input_items(t, &id, 10, Order::Ascending, Some(items[2].id()))
             .await
             .unwrap();
-        assert_eq!(items, run.input_items[3..]);
+        assert_eq!(page, items[3..]);
         assert!(!more);
-        let (items, more) = b
+        let (page, more) = b
             .store
-            .list_input_items(t, &id, &page(2, true, Some(&run.input_items[2])))
+            .list_input_items(t, &id, 2, Order::Descending, Some(items[2].id()))
             .await
             .unwrap();
-        assert_eq!(
-            items,
-            vec![run.input_items[1].clone(), run.input_items[0].clone()]
-        );
+        assert_eq!(page, vec![items[1].clone(), items[0].clone()]);
         assert!(!more);
-        let unknown = ItemPage {
-            limit: 2,
-            descending: true,
-            after: Some("msg_none".into()),
-        };
         assert!(matches!(
-            b.store.list_input_items(t, &id, &unknown).await,
+            b.store
+                .list_input_items(t, &id, 2, Order::Descending, Some("msg_none"))
+                .await,
             Err(StoreError::NotFound)
         ));
     }
@@ -307,10 +618,8 @@ async fn deleting_a_run_removes_its_items_and_events() {
     for b in backends().await {
         let id = ids::new(ids::RESPONSE);
         b.store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
-        b.store
-            .append_events(&[event(&id, 0), event(&id, 1)])
-            .await
-            .unwrap();
+        let events = [event(&id, 0), event(&id, 1)];
+        b.store.write_batch(&batch("a", &[], &events, &[])).await;
         b.store
             .delete_run(store::DEFAULT_TENANT, &id)
             .await
@@ -319,20 +628,9 @@ async fn deleting_a_run_removes_its_items_and_events() {
             b.store.get_run(store::DEFAULT_TENANT, &id).await,
             Err(StoreError::NotFound)
         ));
-        assert!(
-            b.store
-                .events_after(&id, None, 10)
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        assert!(
-            b.store
-                .input_items(store::DEFAULT_TENANT, &id)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(numbers(&*b.store, &id).await.is_empty());
+        let items = b.store.input_items(store::DEFAULT_TENANT, &id).await;
+        assert!(items.unwrap().is_empty());
         assert!(matches!(
             b.store.delete_run(store::DEFAULT_TENANT, &id).await,
             Err(StoreError::NotFound)
@@ -349,21 +647,17 @@ async fn runs_that_stopped_before_the_window_are_pruned_in_batches_and_no_others
         for i in 0..250 {
             let id = ids::new(ids::RESPONSE);
             let mut run = new_run(&id, 1, "a", 10);
-            run.now_ms = -10_000 + i;
+            run.now = at(-10_000 + i);
             b.store.insert_run(&run).await.unwrap();
-            b.store.append_events(&[event(&id, 0)]).await.unwrap();
-            let to = if i % 2 == 0 {
-                RunState::Completed
-            } else {
-                RunState::Failed
+            b.store
+                .write_batch(&batch("a", &[], &[event(&id, 0)], &[]))
+                .await;
+            let to = match i % 2 {
+                0 => RunState::Completed,
+                _ => RunState::Failed,
             };
             b.store
-                .transition(
-                    &id,
-                    RunState::InProgress,
-                    to,
-                    &update(&body(&id), &[], -5_000 + i),
-                )
+                .transition(&end(&id, to, "a", -5_000 + i))
                 .await
                 .unwrap();
             old.push(id);
@@ -371,32 +665,28 @@ async fn runs_that_stopped_before_the_window_are_pruned_in_batches_and_no_others
         // Active runs are kept however old; a run that stopped after the window too.
         let active = ids::new(ids::RESPONSE);
         let mut run = new_run(&active, 1, "a", 10);
-        run.now_ms = -20_000;
+        run.now = at(-20_000);
         b.store.insert_run(&run).await.unwrap();
         let recent = ids::new(ids::RESPONSE);
         let mut run = new_run(&recent, 1, "a", 10);
-        run.now_ms = -20_000;
+        run.now = at(-20_000);
         b.store.insert_run(&run).await.unwrap();
-        b.store.append_events(&[event(&recent, 0)]).await.unwrap();
-        let to = RunState::Completed;
         b.store
-            .transition(
-                &recent,
-                RunState::InProgress,
-                to,
-                &update(&body(&recent), &[], 0),
-            )
+            .write_batch(&batch("a", &[], &[event(&recent, 0)], &[]))
+            .await;
+        b.store
+            .transition(&end(&recent, RunState::Completed, "a", 0))
             .await
             .unwrap();
 
-        let (runs, _) = b.store.prune(0, i64::MIN).await.unwrap();
-        assert_eq!(runs, 250, "{}", b.store.backend());
+        let (runs, _) = b.store.prune(at(0), at(i64::MIN)).await.unwrap();
+        assert_eq!(runs, 250, "{}", b.url);
         for id in &old {
             assert!(matches!(
                 b.store.get_run(store::DEFAULT_TENANT, id).await,
                 Err(StoreError::NotFound)
             ));
-            assert!(b.store.events_after(id, None, 10).await.unwrap().is_empty());
+            assert!(numbers(&*b.store, id).await.is_empty());
             let items = b.store.input_items(store::DEFAULT_TENANT, id).await;
             assert!(items.unwrap().is_empty());
         }
@@ -405,23 +695,22 @@ async fn runs_that_stopped_before_the_window_are_pruned_in_batches_and_no_others
             let items = b.store.input_items(store::DEFAULT_TENANT, id).await;
             assert_eq!(items.unwrap().len(), 1);
         }
-        assert_eq!(
-            b.store.events_after(&recent, None, 10).await.unwrap().len(),
-            1
-        );
-        assert_eq!(b.store.prune(0, i64::MIN).await.unwrap().0, 0);
+        assert_eq!(numbers(&*b.store, &recent).await.len(), 1);
+        assert_eq!(b.store.prune(at(0), at(i64::MIN)).await.unwrap().0, 0);
     }
 }
 
 #[tokio::test]
-async fn leases_are_renewed_by_their_owner_and_expired_ones_are_found() {
+async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let_go_at_shutdown() {
     for b in backends().await {
-        let owner = ids::new("inst");
-        let mine = ids::new(ids::RESPONSE);
-        let dead = ids::new(ids::RESPONSE);
-        let finished = ids::new(ids::RESPONSE);
+        let holder = ids::new("inst");
+        let (mine, dead, finished) = (
+            ids::new(ids::RESPONSE),
+            ids::new(ids::RESPONSE),
+            ids::new(ids::RESPONSE),
+        );
         b.store
-            .insert_run(&new_run(&mine, 0, &owner, 100))
+            .insert_run(&new_run(&mine, 0, &holder, 100))
             .await
             .unwrap();
         b.store
@@ -433,57 +722,133 @@ async fn leases_are_renewed_by_their_owner_and_expired_ones_are_found() {
             .await
             .unwrap();
         b.store
-            .transition(
-                &finished,
-                RunState::InProgress,
-                RunState::Completed,
-                &update(&body(&finished), &[], 1),
-            )
+            .transition(&end(&finished, RunState::Completed, "dead", 1))
             .await
             .unwrap();
 
-        assert_eq!(b.store.renew_leases(&owner, 5_000).await.unwrap(), 1);
-        let owned = b
+        // Only the runs named, and only those the holder holds.
+        let cancelled = b
             .store
-            .runs_owned_by(&owner, &[RunState::InProgress])
+            .renew_leases(&holder, &[&mine, &dead], at(5_000))
             .await
             .unwrap();
-        assert_eq!(
-            owned.iter().map(|r| r.body.id.clone()).collect::<Vec<_>>(),
-            vec![mine.clone()]
-        );
-        assert_eq!(owned[0].lease_expires_at, Some(5_000));
+        assert!(cancelled.is_empty());
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &mine).await.unwrap();
+        assert_eq!(stored.lease_expires_at, Some(at(5_000)), "{}", b.url);
+        let stored = b.store.get_run(store::DEFAULT_TENANT, &dead).await.unwrap();
+        assert_eq!(stored.lease_expires_at, Some(at(100)));
+
+        let stale: Vec<String> = b
+            .store
+            .stale_runs(at(1_000))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.body.id)
+            .collect();
+        assert!(stale.contains(&dead), "a lease that ran out is stale");
+        assert!(!stale.contains(&mine), "a lease still valid is not");
+        assert!(!stale.contains(&finished), "finished runs are not");
+
+        // One instance takes it over, with its state and log as they are.
+        let lease = Lease {
+            holder: holder.clone(),
+            until: at(9_000),
+        };
+        let taken = b.store.claim_stale(&dead, &lease, at(1_000)).await.unwrap();
+        let taken = taken.expect("the run was taken over");
+        assert_eq!(taken.lease_owner.as_deref(), Some(holder.as_str()));
+        assert_eq!(taken.state, RunState::InProgress);
+        let again = Lease {
+            holder: "other".into(),
+            until: at(9_000),
+        };
         assert!(
             b.store
-                .runs_owned_by(&owner, &[RunState::Queued])
+                .claim_stale(&dead, &again, at(1_000))
                 .await
                 .unwrap()
-                .is_empty()
+                .is_none()
         );
 
+        // At shutdown the holder lets go of both: anyone may take them over at once.
+        assert_eq!(b.store.release_leases(&holder).await.unwrap(), 2);
         let stale: Vec<String> = b
             .store
-            .stale_runs(1_000, &owner)
+            .stale_runs(at(0))
             .await
             .unwrap()
             .into_iter()
             .map(|r| r.body.id)
             .collect();
+        assert!(stale.contains(&mine) && stale.contains(&dead), "{}", b.url);
         assert!(
-            stale.contains(&dead),
-            "an expired lease of another instance is stale"
+            b.store
+                .claim_stale(&mine, &again, at(0))
+                .await
+                .unwrap()
+                .is_some()
         );
-        assert!(!stale.contains(&mine), "this instance's own runs are not");
-        assert!(!stale.contains(&finished), "finished runs are not");
-        let stale: Vec<String> = b
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_request_reaches_the_holder_through_renewal_and_checkpoints_until_the_run_ends() {
+    for b in backends().await {
+        let id = ids::new(ids::RESPONSE);
+        b.store
+            .insert_run(&new_run(&id, 0, "a", 100))
+            .await
+            .unwrap();
+        let t = store::DEFAULT_TENANT;
+        assert!(
+            !b.store
+                .request_cancel("other-tenant", &id, at(5))
+                .await
+                .unwrap()
+        );
+        assert!(
+            b.store.request_cancel(t, &id, at(5)).await.unwrap(),
+            "{}",
+            b.url
+        );
+        let saved = b
             .store
-            .stale_runs(50, &owner)
+            .checkpoint(&id, "a", &body(&id), &[], at(6))
+            .await
+            .unwrap();
+        assert!(saved.cancel_requested);
+        let renewed = b.store.renew_leases("a", &[&id], at(200)).await.unwrap();
+        assert_eq!(renewed, std::slice::from_ref(&id));
+        // A takeover keeps the request; an ending clears it.
+        b.store
+            .transition(&Change::new(&id, Transition::HAND_OVER, "a"))
+            .await
+            .unwrap();
+        let lease = Lease {
+            holder: "b".into(),
+            until: at(9_000),
+        };
+        let taken = b
+            .store
+            .claim_stale(&id, &lease, at(7))
             .await
             .unwrap()
-            .into_iter()
-            .map(|r| r.body.id)
-            .collect();
-        assert!(!stale.contains(&dead), "a lease still valid is not stale");
+            .unwrap();
+        assert!(taken.cancel_requested);
+        b.store
+            .transition(&end(&id, RunState::Cancelled, "b", 8))
+            .await
+            .unwrap();
+        let stored = b.store.get_run(t, &id).await.unwrap();
+        assert!(!stored.cancel_requested);
+        assert!(
+            !b.store.request_cancel(t, &id, at(9)).await.unwrap(),
+            "not running"
+        );
+        // A checkpoint by a former holder is refused.
+        let stale = b.store.checkpoint(&id, "a", &body(&id), &[], at(10)).await;
+        assert!(matches!(stale, Err(StoreError::Conflict { .. })));
     }
 }
 
@@ -492,45 +857,33 @@ async fn a_transition_can_append_input_items_and_set_an_expiry_atomically() {
     for b in backends().await {
         let id = ids::new(ids::RESPONSE);
         b.store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
-        let paused = body(&id);
-        let mut pause = update(&paused, &[], 100);
-        pause.expires_at = Some(5_000);
-        b.store
-            .transition(&id, RunState::InProgress, RunState::RequiresAction, &pause)
-            .await
-            .unwrap();
+        let pause = Change {
+            expires_at: Some(at(5_000)),
+            ..end(&id, RunState::RequiresAction, "a", 100)
+        };
+        b.store.transition(&pause).await.unwrap();
         let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
-        assert_eq!(stored.expires_at, Some(5_000));
+        assert_eq!(stored.expires_at, Some(at(5_000)));
         assert_eq!(stored.lease_owner, None, "a paused run is held by nobody");
 
-        let overdue: Vec<String> = b
-            .store
-            .expired_runs(6_000)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.body.id)
-            .collect();
-        assert!(overdue.contains(&id));
-        let early: Vec<String> = b
-            .store
-            .expired_runs(4_000)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.body.id)
-            .collect();
-        assert!(!early.contains(&id));
+        let overdue = |now| {
+            let store = b.store.clone();
+            async move {
+                let runs = store.expired_runs(at(now)).await.unwrap();
+                runs.into_iter().map(|r| r.body.id).collect::<Vec<_>>()
+            }
+        };
+        assert!(overdue(6_000).await.contains(&id));
+        assert!(!overdue(4_000).await.contains(&id));
 
         let outputs = vec![message("output 1"), message("output 2")];
-        let mut resume = update(&paused, &[], 200);
-        resume.append_input = &outputs;
-        resume.lease_owner = Some("b");
-        resume.lease_expires_at = Some(9_000);
-        b.store
-            .transition(&id, RunState::RequiresAction, RunState::InProgress, &resume)
-            .await
-            .unwrap();
+        let resume = Change {
+            append_input: &outputs,
+            lease_until: at(9_000),
+            now: at(200),
+            ..Change::new(&id, Transition::RESUME, "b")
+        };
+        b.store.transition(&resume).await.unwrap();
         let items = b
             .store
             .input_items(store::DEFAULT_TENANT, &id)
@@ -540,325 +893,181 @@ async fn a_transition_can_append_input_items_and_set_an_expiry_atomically() {
         assert_eq!(items[2..], outputs[..], "appended after the original input");
         let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.lease_owner.as_deref(), Some("b"));
+        assert_eq!(stored.lease_expires_at, Some(at(9_000)));
         assert_eq!(stored.expires_at, None);
 
         // A lost compare-and-set appends nothing.
-        let again = b
-            .store
-            .transition(&id, RunState::RequiresAction, RunState::InProgress, &resume)
-            .await;
+        let again = b.store.transition(&resume).await;
         assert!(matches!(
             again,
             Err(StoreError::Conflict {
                 actual: RunState::InProgress
             })
         ));
-        assert_eq!(
-            b.store
-                .input_items(store::DEFAULT_TENANT, &id)
-                .await
-                .unwrap()
-                .len(),
-            4
-        );
+        let items = b.store.input_items(store::DEFAULT_TENANT, &id).await;
+        assert_eq!(items.unwrap().len(), 4);
     }
 }
 
 #[tokio::test]
-async fn a_transition_the_state_table_forbids_is_refused_without_touching_the_run() {
+async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_their_closing_events() {
     for b in backends().await {
-        let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
-        let done = body(&id);
-        switchyard::engine::state::transition(
-            &*b.store,
-            &id,
-            RunState::InProgress,
-            RunState::Completed,
-            &update(&done, &[], 5),
-        )
-        .await
-        .unwrap();
-        for to in [
-            RunState::InProgress,
-            RunState::RequiresAction,
-            RunState::Failed,
-        ] {
-            let refused = switchyard::engine::state::transition(
-                &*b.store,
-                &id,
-                RunState::Completed,
-                to,
-                &update(&done, &[], 6),
-            )
-            .await;
-            assert!(
-                matches!(
-                    refused,
-                    Err(StoreError::Conflict {
-                        actual: RunState::Completed
-                    })
-                ),
-                "{to:?}"
-            );
-        }
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
-        assert_eq!(stored.state, RunState::Completed);
-        assert_eq!(stored.updated_at, 5);
-    }
-}
-
-#[tokio::test]
-async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_in_one_go() {
-    for b in backends().await {
-        let backend = b.store.backend();
         let (first, second) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
         let runs = [new_run(&first, 2, "a", 10), new_run(&second, 1, "a", 10)];
-        let inserted = store::WriteBatch {
-            runs: runs.iter().collect(),
-            ..Default::default()
+        let outcome = b.store.write_batch(&batch("a", &runs, &[], &[])).await;
+        assert!(outcome.not_inserted.is_empty() && outcome.lost.is_empty());
+        // The second run was taken over by another instance meanwhile: its ending is
+        // refused, with its closing events; the first run's stands.
+        b.store
+            .transition(&Change::new(&second, Transition::HAND_OVER, "a"))
+            .await
+            .unwrap();
+        let lease = Lease {
+            holder: "b".into(),
+            until: at(99_000),
         };
-        assert!(b.store.write_batch(&inserted).await.unwrap().is_empty());
-        let mut done = body(&first);
-        done.status = ResponseStatus::Completed;
-        let ending = |id: &str, owner: &str| store::RunEnding {
-            id: id.into(),
-            to: RunState::Completed,
-            body: done.clone(),
-            transcript: vec![Entry::Item(message("answer"))],
-            expires_at: None,
-            owner: owner.into(),
-            now_ms: 2_000,
-        };
-        // The second run is held by another instance: its ending is refused, the rest stands.
-        let endings = [ending(&first, "a"), ending(&second, "b")];
+        b.store
+            .claim_stale(&second, &lease, at(1))
+            .await
+            .unwrap()
+            .unwrap();
+        let endings = [
+            ending(&first, RunState::Completed, 2, 1),
+            ending(&second, RunState::Completed, 1, 1),
+        ];
         let events = [event(&first, 0), event(&first, 1), event(&second, 0)];
-        let batch = store::WriteBatch {
-            runs: Vec::new(),
-            events: &events,
-            endings: endings.iter().collect(),
-        };
-        let results = b.store.write_batch(&batch).await.unwrap();
-        assert!(results[0].is_ok(), "{backend}: {:?}", results[0]);
+        let outcome = b
+            .store
+            .write_batch(&batch("a", &[], &events, &endings))
+            .await;
+        assert!(
+            outcome.endings[0].is_ok(),
+            "{}: {:?}",
+            b.url,
+            outcome.endings
+        );
         assert!(
             matches!(
-                results[1],
+                outcome.endings[1],
                 Err(StoreError::Conflict {
                     actual: RunState::InProgress
                 })
             ),
-            "{backend}: {:?}",
-            results[1]
+            "{}: {:?}",
+            b.url,
+            outcome.endings[1]
         );
         let stored = b
             .store
             .get_run(store::DEFAULT_TENANT, &first)
             .await
             .unwrap();
-        assert_eq!(stored.state, RunState::Completed, "{backend}");
+        assert_eq!(stored.state, RunState::Completed, "{}", b.url);
         assert_eq!(stored.lease_owner, None);
         assert_eq!(stored.transcript, endings[0].transcript);
+        assert_eq!(numbers(&*b.store, &first).await, [0, 1, 2]);
         let other = b
             .store
             .get_run(store::DEFAULT_TENANT, &second)
             .await
             .unwrap();
-        assert_eq!(other.state, RunState::InProgress, "{backend}");
-        assert_eq!(other.lease_owner.as_deref(), Some("a"));
-        assert_eq!(
-            b.store.events_after(&first, None, 10).await.unwrap().len(),
-            2
-        );
-        assert_eq!(
-            b.store.events_after(&second, None, 10).await.unwrap().len(),
-            1
-        );
-        assert_eq!(
-            b.store
-                .input_items(store::DEFAULT_TENANT, &first)
-                .await
-                .unwrap()
-                .len(),
-            2
-        );
-    }
-}
-
-#[tokio::test]
-async fn a_write_batch_of_events_alone_is_written_whole_or_not_at_all() {
-    for b in backends().await {
-        let backend = b.store.backend();
-        let id = ids::new(ids::RESPONSE);
-        let run = new_run(&id, 0, "a", 10);
-        let first = [event(&id, 0)];
-        let inserted = store::WriteBatch {
-            runs: vec![&run],
-            events: &first,
-            endings: Vec::new(),
-        };
-        b.store.write_batch(&inserted).await.unwrap();
-        // The last event is already stored: the batch fails, and its other events are not
-        // written either.
-        let clashing = [event(&id, 1), event(&id, 2), event(&id, 0)];
-        let batch = store::WriteBatch {
-            events: &clashing,
-            ..Default::default()
-        };
-        assert!(b.store.write_batch(&batch).await.is_err(), "{backend}");
-        let stored = b.store.events_after(&id, None, 10).await.unwrap();
-        assert_eq!(stored.len(), 1, "{backend}");
-        let batch = store::WriteBatch {
-            events: &clashing[..2],
-            ..Default::default()
-        };
-        assert!(b.store.write_batch(&batch).await.unwrap().is_empty());
-        let stored = b.store.events_after(&id, None, 10).await.unwrap();
-        assert_eq!(stored.len(), 3, "{backend}");
-    }
-}
-
-#[tokio::test]
-async fn a_write_batch_of_new_runs_alone_is_written_whole_or_not_at_all() {
-    for b in backends().await {
-        let backend = b.store.backend();
-        let taken = ids::new(ids::RESPONSE);
-        let first = new_run(&taken, 1, "a", 10);
-        let batch = store::WriteBatch {
-            runs: vec![&first],
-            ..Default::default()
-        };
-        assert!(b.store.write_batch(&batch).await.unwrap().is_empty());
-        // The second run's id is taken: the batch fails, and neither the first run nor its
-        // items are written.
-        let fresh = ids::new(ids::RESPONSE);
-        let (run, again) = (new_run(&fresh, 3, "a", 10), new_run(&taken, 2, "a", 10));
-        let batch = store::WriteBatch {
-            runs: vec![&run, &again],
-            ..Default::default()
-        };
-        assert!(b.store.write_batch(&batch).await.is_err(), "{backend}");
-        assert!(
-            matches!(
-                b.store.get_run(store::DEFAULT_TENANT, &fresh).await,
-                Err(StoreError::NotFound)
-            ),
-            "{backend}"
-        );
-        let items = b.store.input_items(store::DEFAULT_TENANT, &fresh).await;
-        assert!(items.unwrap_or_default().is_empty(), "{backend}");
-        // Alone, it is written with its items, in order and unchanged.
-        let batch = store::WriteBatch {
-            runs: vec![&run],
-            ..Default::default()
-        };
-        assert!(b.store.write_batch(&batch).await.unwrap().is_empty());
-        let stored = b
-            .store
-            .get_run(store::DEFAULT_TENANT, &fresh)
-            .await
-            .unwrap();
-        assert_eq!(stored.body, run.body, "{backend}");
-        let items = b
-            .store
-            .input_items(store::DEFAULT_TENANT, &fresh)
-            .await
-            .unwrap();
-        assert_eq!(items, run.input_items, "{backend}");
+        assert_eq!(other.state, RunState::InProgress, "{}", b.url);
+        assert_eq!(other.lease_owner.as_deref(), Some("b"));
+        assert!(numbers(&*b.store, &second).await.is_empty());
+        let items = b.store.input_items(store::DEFAULT_TENANT, &first).await;
+        assert_eq!(items.unwrap().len(), 2);
     }
 }
 
 #[tokio::test]
 async fn a_run_inserted_and_ended_in_one_batch_is_stored_ended_and_a_missing_run_is_not_found() {
     for b in backends().await {
-        let backend = b.store.backend();
         let (quick, missing) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
         let mut run = new_run(&quick, 1, "a", 10);
         run.initial_events = vec![event(&quick, 0)];
-        let mut done = body(&quick);
-        done.status = ResponseStatus::Failed;
-        let ending = |id: &str| store::RunEnding {
-            id: id.into(),
-            to: RunState::Failed,
-            body: done.clone(),
-            transcript: vec![Entry::Item(message("partial"))],
-            expires_at: None,
-            owner: "a".into(),
-            now_ms: 3_000,
-        };
-        let endings = [ending(&quick), ending(&missing)];
+        let endings = [
+            ending(&quick, RunState::Failed, 2, 2),
+            ending(&missing, RunState::Failed, 0, 1),
+        ];
         let events = [event(&quick, 1)];
-        let batch = store::WriteBatch {
-            runs: vec![&run],
-            events: &events,
-            endings: endings.iter().collect(),
-        };
-        let results = b.store.write_batch(&batch).await.unwrap();
-        assert!(results[0].is_ok(), "{backend}: {:?}", results[0]);
+        let outcome = b
+            .store
+            .write_batch(&batch("a", std::slice::from_ref(&run), &events, &endings))
+            .await;
         assert!(
-            matches!(results[1], Err(StoreError::NotFound)),
-            "{backend}: {:?}",
-            results[1]
+            outcome.endings[0].is_ok(),
+            "{}: {:?}",
+            b.url,
+            outcome.endings
+        );
+        assert!(
+            matches!(outcome.endings[1], Err(StoreError::NotFound)),
+            "{}: {:?}",
+            b.url,
+            outcome.endings[1]
         );
         let stored = b
             .store
             .get_run(store::DEFAULT_TENANT, &quick)
             .await
             .unwrap();
-        assert_eq!(stored.state, RunState::Failed, "{backend}");
-        assert_eq!(stored.transcript, endings[0].transcript, "{backend}");
-        assert_eq!(stored.lease_owner, None, "{backend}");
-        let logged: Vec<u64> = b
-            .store
-            .events_after(&quick, None, 10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|e| e.sequence_number)
-            .collect();
-        assert_eq!(logged, [0, 1], "{backend}");
+        assert_eq!(stored.state, RunState::Failed, "{}", b.url);
+        assert_eq!(stored.transcript, endings[0].transcript);
+        assert_eq!(stored.lease_owner, None);
+        assert_eq!(numbers(&*b.store, &quick).await, [0, 1, 2, 3], "{}", b.url);
+        assert!(numbers(&*b.store, &missing).await.is_empty());
     }
 }
 
 #[tokio::test]
-async fn appended_events_are_announced_to_listeners_where_the_backend_has_them() {
+async fn appended_events_and_cancel_requests_are_announced_where_the_backend_has_listeners() {
+    use futures_util::StreamExt;
     for b in backends().await {
-        let backend = b.store.backend();
-        let Some(mut announced) = b.store.appended_events().await.unwrap() else {
-            // SQLite: one process owns the file, and its hub knows what it appends.
-            assert_eq!(backend, "sqlite");
+        let Some(mut news) = b.store.notifications().await.unwrap() else {
+            // SQLite: one process serves the file, and its hub knows what it appends.
+            assert_eq!(b.store.backend(), Backend::Sqlite);
             continue;
         };
         let run = new_run(&ids::new(ids::RESPONSE), 0, "a", 10);
         let id = run.body.id.clone();
         let events = [event(&id, 0), event(&id, 1)];
-        let batch = store::WriteBatch {
-            runs: vec![&run],
-            events: &events,
-            endings: Vec::new(),
-        };
-        b.store.write_batch(&batch).await.unwrap();
+        b.store
+            .write_batch(&batch("a", std::slice::from_ref(&run), &events, &[]))
+            .await;
+        b.store
+            .request_cancel(store::DEFAULT_TENANT, &id, at(1))
+            .await
+            .unwrap();
         // Other tests share the database: their runs may be announced too.
+        let mut expected = vec![
+            Notification::Appended(id.clone()),
+            Notification::CancelRequested(id.clone()),
+        ];
         let heard = async {
-            while let Some(announced) = futures_util::StreamExt::next(&mut announced).await {
-                if announced == id {
+            while let Some(heard) = news.next().await {
+                expected.retain(|n| *n != heard);
+                if expected.is_empty() {
                     return true;
                 }
             }
             false
         };
-        let heard = tokio::time::timeout(std::time::Duration::from_secs(5), heard).await;
-        assert_eq!(heard, Ok(true), "{backend}: {id} was not announced");
+        let heard = tokio::time::timeout(Duration::from_secs(5), heard).await;
+        assert_eq!(heard, Ok(true), "{}: news of {id} missing", b.url);
     }
 }
 
 #[tokio::test]
 async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded() {
     for b in backends().await {
-        let (hub, writer) = switchyard::engine::hub::EventHub::start(b.store.clone(), 64);
+        let (hub, writer) = EventHub::start(b.store.clone(), "a".into(), 64);
         let id = ids::new(ids::RESPONSE);
         // The request is polled once (its insert is queued), then dropped: the writer task
         // cannot have run in between.
-        let insert = hub.insert_run(new_run(&id, 1, "a", 10));
+        let insert = async {
+            let inserted = hub.queue_insert(new_run(&id, 1, "a", 10)).await.unwrap();
+            inserted.await
+        };
         let answered = futures_util::FutureExt::now_or_never(insert);
         assert!(
             answered.is_none(),
@@ -873,7 +1082,7 @@ async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded(
                 Err(StoreError::NotFound)
             ),
             "{}",
-            b.store.backend()
+            b.url
         );
         writer.finish(hub).await;
     }
@@ -883,15 +1092,18 @@ async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded(
 async fn a_live_stream_stops_at_the_runs_last_event_but_looks_for_more_after_a_pause() {
     use futures_util::StreamExt;
     for b in backends().await {
-        let (hub, writer) = switchyard::engine::hub::EventHub::start(b.store.clone(), 64);
+        let (hub, writer) = EventHub::start(b.store.clone(), "a".into(), 64);
         for ends_run in [true, false] {
             let id = ids::new(ids::RESPONSE);
-            hub.insert_run(new_run(&id, 0, "a", 10)).await.unwrap();
+            let inserted = hub.queue_insert(new_run(&id, 0, "a", 10)).await.unwrap();
+            inserted.await.unwrap();
             let response_id: Arc<str> = Arc::from(id.as_str());
-            let live = hub.open(&response_id);
+            let live = hub.open(&response_id, Arc::new(RunControl::default()));
             let events = hub.follow_new(response_id.clone());
             // Stored behind the stream's back, as a resumed run's next event would be.
-            b.store.append_events(&[event(&id, 2)]).await.unwrap();
+            b.store
+                .write_batch(&batch("a", &[], &[event(&id, 2)], &[]))
+                .await;
             hub.send(Arc::new(event(&id, 0))).await;
             let terminal = EventRecord {
                 event_type: Cow::Borrowed("response.completed"),
@@ -902,20 +1114,62 @@ async fn a_live_stream_stops_at_the_runs_last_event_but_looks_for_more_after_a_p
             // A pause's stream goes on with what the store holds after it: three events are
             // taken. The run's last event ends the stream by itself.
             let limit = if ends_run { usize::MAX } else { 3 };
-            let backend = b.store.backend();
+            let url = &b.url;
             let seen: Vec<u64> = tokio::time::timeout(
-                std::time::Duration::from_secs(5),
+                Duration::from_secs(5),
                 events
                     .take(limit)
                     .map(|e| e.unwrap().sequence_number)
                     .collect(),
             )
             .await
-            .unwrap_or_else(|_| panic!("{backend}: the stream did not end (ends_run {ends_run})"));
+            .unwrap_or_else(|_| panic!("{url}: the stream did not end (ends_run {ends_run})"));
             let expected: Vec<u64> = if ends_run { vec![0, 1] } else { vec![0, 1, 2] };
-            assert_eq!(seen, expected, "{backend}, ends_run {ends_run}");
+            assert_eq!(seen, expected, "{url}, ends_run {ends_run}");
             live.close().await;
         }
+        writer.finish(hub).await;
+    }
+}
+
+#[tokio::test]
+async fn a_writer_whose_run_was_taken_over_stops_it_and_publishes_nothing_more_of_it() {
+    use futures_util::StreamExt;
+    for b in backends().await {
+        let (hub, writer) = EventHub::start(b.store.clone(), "a".into(), 64);
+        let id = ids::new(ids::RESPONSE);
+        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        let response_id: Arc<str> = Arc::from(id.as_str());
+        let control = Arc::new(RunControl::default());
+        let live = hub.open(&response_id, control.clone());
+        let mut events = Box::pin(hub.follow_new(response_id.clone()));
+        hub.send(Arc::new(event(&id, 0))).await;
+        hub.flush(response_id.clone()).await.unwrap();
+        assert_eq!(events.next().await.unwrap().unwrap().sequence_number, 0);
+        // Another instance takes it over (its lease ran out here).
+        b.store
+            .transition(&Change::new(&id, Transition::HAND_OVER, "a"))
+            .await
+            .unwrap();
+        let lease = Lease {
+            holder: "b".into(),
+            until: at(99_000),
+        };
+        b.store
+            .claim_stale(&id, &lease, at(1))
+            .await
+            .unwrap()
+            .unwrap();
+        hub.send(Arc::new(event(&id, 1))).await;
+        assert!(hub.flush(response_id.clone()).await.is_err(), "{}", b.url);
+        assert_eq!(
+            control.reason(),
+            Some(switchyard::engine::control::StopReason::Lost)
+        );
+        assert!(control.token().is_cancelled());
+        assert_eq!(numbers(&*b.store, &id).await, [0]);
+        live.close().await;
+        drop((live, events));
         writer.finish(hub).await;
     }
 }

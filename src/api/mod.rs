@@ -94,7 +94,7 @@ async fn readyz(State(state): State<AppState>) -> Result<axum::Json<serde_json::
     let store = state.engine.store();
     match store.ping().await {
         Ok(()) => Ok(axum::Json(
-            json!({"status": "ready", "database": store.backend()}),
+            json!({"status": "ready", "database": store.backend().as_str()}),
         )),
         Err(e) => Err(ApiError::Unavailable(format!("database not ready: {e}"))),
     }
@@ -112,7 +112,10 @@ impl From<EngineError> for ApiError {
             EngineError::ShuttingDown => ApiError::Unavailable(
                 "The service is shutting down; retry on another instance.".into(),
             ),
-            EngineError::Store(e) => ApiError::Internal(e.into()),
+            EngineError::Unavailable(message) => {
+                ApiError::Unavailable(format!("The database is unavailable: {message}"))
+            }
+            EngineError::Internal(message) => ApiError::Internal(anyhow::anyhow!(message)),
         }
     }
 }

@@ -8,15 +8,15 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::extract::{ApiJson, ApiJsonBytes, ApiQuery};
 use super::sse;
-use crate::engine::StartedRun;
+use crate::engine::{
+    DEFAULT_TENANT, IdempotencyKey, ItemPage, RunEnd, StartedRun, UpstreamFailure,
+};
 use crate::error::ApiError;
-use crate::llm::LlmError;
 use crate::protocol::items::Item;
 use crate::protocol::request::{
     CreateResponse, ListInputItems, RetrieveResponse, SubmitToolOutputs,
 };
 use crate::protocol::response::{Deleted, List, ResponseObject};
-use crate::store::{DEFAULT_TENANT, IdempotencyKey, ItemPage};
 use sha2::{Digest, Sha256};
 
 /// `POST /v1/responses`. With an `Idempotency-Key` header, a retry with the same body gets
@@ -94,20 +94,28 @@ async fn reply(state: &AppState, started: StartedRun) -> Result<Response, ApiErr
             started.id
         ))
     })?;
-    if let Some(failure) = outcome.upstream_failure {
-        return Err(upstream_error(&started.id, failure));
+    match outcome.end {
+        RunEnd::Stopped => Ok(Json(outcome.response).into_response()),
+        RunEnd::UpstreamFailed(failure) => Err(upstream_error(&started.id, failure)),
+        RunEnd::ContinuesElsewhere => Err(ApiError::Unavailable(format!(
+            "This instance is stopping; response {} goes on on another instance: \
+             GET /v1/responses/{} follows it.",
+            started.id, started.id
+        ))),
     }
-    Ok(Json(outcome.response).into_response())
 }
 
 /// An upstream failure before any stream: 504 for timeouts, 502 otherwise (SPEC §10).
-fn upstream_error(response_id: &str, error: LlmError) -> ApiError {
-    let message = format!("{error} (response {response_id} is stored as failed)");
-    match error {
-        LlmError::Timeout { .. } => ApiError::UpstreamTimeout { message },
-        other => ApiError::Upstream {
+fn upstream_error(response_id: &str, failure: UpstreamFailure) -> ApiError {
+    let message = format!(
+        "{} (response {response_id} is stored as failed)",
+        failure.message
+    );
+    match failure.timeout {
+        true => ApiError::UpstreamTimeout { message },
+        false => ApiError::Upstream {
             message,
-            code: other.code().into(),
+            code: failure.code.into(),
         },
     }
 }

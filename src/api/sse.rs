@@ -9,8 +9,8 @@ use axum::response::Response;
 use futures_util::{FutureExt, StreamExt};
 
 use crate::engine::EventStream;
+use crate::protocol::events::EventRecord;
 use crate::protocol::events::is_terminal;
-use crate::store::EventRecord;
 
 const PING: &[u8] = b": ping\n\n";
 const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -49,7 +49,7 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
         fn take(
             &mut self,
             out: &mut String,
-            next: Option<Result<std::sync::Arc<EventRecord>, crate::store::StoreError>>,
+            next: Option<Result<std::sync::Arc<EventRecord>, crate::engine::EngineError>>,
         ) -> bool {
             match next {
                 Some(Ok(event)) => {

@@ -4,8 +4,27 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::hub::EventHub;
-use crate::protocol::events::Event;
-use crate::store::{EventRecord, RunEnding, StoreError};
+use crate::protocol::events::{Event, EventRecord};
+use crate::store::{RunEnding, StoreError};
+use crate::time::UnixMillis;
+
+/// An event numbered `sequence_number` in a run's log, serialised.
+pub(crate) fn record(
+    event: &Event,
+    response_id: &Arc<str>,
+    tenant_id: &Arc<str>,
+    sequence_number: u64,
+) -> EventRecord {
+    EventRecord {
+        response_id: response_id.clone(),
+        tenant_id: tenant_id.clone(),
+        sequence_number,
+        event_type: Cow::Borrowed(event.kind()),
+        data: Arc::from(event.to_json(sequence_number)),
+        created_at: UnixMillis::now().as_millis(),
+        ends_run: event.ends_run(),
+    }
+}
 
 pub struct EventEmitter {
     hub: EventHub,
@@ -46,19 +65,11 @@ impl EventEmitter {
     }
 
     /// Numbers and serialises the event without sending it (for events written together
-    /// with the run itself).
+    /// with a change of the run itself).
     pub fn record(&mut self, event: &Event) -> EventRecord {
         let sequence_number = self.next_sequence;
         self.next_sequence += 1;
-        EventRecord {
-            response_id: self.response_id.clone(),
-            tenant_id: self.tenant_id.clone(),
-            sequence_number,
-            event_type: Cow::Borrowed(event.kind()),
-            data: Arc::from(event.to_json(sequence_number)),
-            created_at: crate::engine::now_ms(),
-            ends_run: event.ends_run(),
-        }
+        record(event, &self.response_id, &self.tenant_id, sequence_number)
     }
 
     /// The sequence number the next event gets.
@@ -66,7 +77,7 @@ impl EventEmitter {
         self.next_sequence
     }
 
-    /// Stores the run's ending after everything emitted so far, in the writer's next batch.
+    /// Stores the run's ending, with its closing events, after everything emitted so far.
     pub async fn end_run(&self, ending: RunEnding) -> Result<(), StoreError> {
         self.hub.end_run(ending).await
     }

@@ -1,62 +1,62 @@
-//! The event hub: every run's events go through one writer task that commits them to the
-//! store in batches (group commit across runs) and only then publishes them to live
-//! subscribers — an event is persisted before anyone can see it.
+//! The event hub: every run's events go through one writer task that orders them, commits
+//! them to the store in batches (group commit across runs), and only then publishes them to
+//! live subscribers — an event is persisted before anyone can see it. What the store could not
+//! write is never published, and the run it belongs to is told to stop.
 //!
-//! Subscribers follow a run from any sequence number: they read the stored backlog, then the
-//! live channel, and fill any gap (a lagging receiver) from the store, so a reader never misses
-//! or repeats an event.
+//! The writer also renews this instance's leases and lets go of them, between two batches:
+//! statements that lock many rows never run beside its batch, so they cannot deadlock with it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
 
-use futures_util::Stream;
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
+use tokio_util::task::TaskTracker;
 
-use crate::protocol::events::is_terminal;
-use crate::store::{EventRecord, NewRun, RunEnding, RunState, RunStore, StoreError, WriteBatch};
+use super::control::{RunControl, StopReason};
+use super::follow::Follower;
+use crate::protocol::events::EventRecord;
+use crate::store::{Loss, NewRun, Notification, RunEnding, RunStore, StoreError, WriteBatch};
+use crate::time::UnixMillis;
 
 /// Events buffered per live channel before a slow subscriber falls back to the store. The
 /// buffer is allocated when the run starts, so it is part of every open run's memory.
 const LIVE_CAPACITY: usize = 32;
-/// Events read from the store per query when replaying.
-const REPLAY_PAGE: u32 = 1000;
 /// Queued events before emitters wait for the writer (back-pressure).
 const QUEUE_CAPACITY: usize = 16 * 1024;
-/// Delays between attempts to write a batch.
-const RETRY_DELAYS_MS: [u64; 3] = [10, 100, 500];
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum Command {
     /// A new run, inserted in the next batch's transaction; answered once it is committed.
-    Insert(Box<NewRun>, oneshot::Sender<Result<(), StoreError>>),
-    /// A run's ending, applied in the next batch's transaction after its events.
-    End(Box<RunEnding>, oneshot::Sender<Result<(), StoreError>>),
+    Insert(Box<NewRun>, Reply<()>),
+    /// A run's ending with its closing events, in the next batch after its other events.
+    End(Box<RunEnding>, Reply<()>),
     Event(Arc<EventRecord>),
     /// Answered once everything queued before it for this run is written (or failed).
-    Flush(Arc<str>, oneshot::Sender<Result<(), StoreError>>),
+    Flush(Arc<str>, Reply<()>),
     /// Ends the run's live channel after everything queued before it, unless a later
     /// execution of the run (after a pause) opened it again since.
     Close(Arc<str>, u64),
+    /// Extends this instance's lease on these runs; answers those a client asked to cancel.
+    Renew(Vec<String>, UnixMillis, Reply<Vec<String>>),
+    /// Lets go of every run this instance holds.
+    Release(Reply<u64>),
 }
 
 /// A run's live channel, opened by the run's latest execution here (`generation`).
 struct Live {
     generation: u64,
     sender: broadcast::Sender<Arc<EventRecord>>,
+    /// Told when the run's events could not be stored.
+    control: Arc<RunControl>,
 }
 
 type Channels = Arc<Mutex<HashMap<Arc<str>, Live>>>;
 
 /// Followers of runs executing elsewhere, waiting for news of new events.
 type Wakers = Arc<Mutex<HashMap<Arc<str>, Weak<Notify>>>>;
-
-/// How often a follower of a run executing elsewhere looks at the store when no
-/// notification arrives (they are lost on a reconnect, and SQLite has none).
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
-/// How long a follower waits for the closing event of a run that has stopped.
-const SETTLE_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Clone)]
 pub struct EventHub {
@@ -65,6 +65,8 @@ pub struct EventHub {
     wakers: Wakers,
     generations: Arc<AtomicU64>,
     store: Arc<dyn RunStore>,
+    /// Store reads of followers, each on a task of its own (see `Follower`).
+    reads: TaskTracker,
 }
 
 /// A run's live channel as one execution of the run opened it.
@@ -98,18 +100,25 @@ impl HubWriter {
 }
 
 impl EventHub {
-    /// Starts the writer task; it ends when every `EventHub` clone is dropped.
-    pub fn start(store: Arc<dyn RunStore>, batch_max: usize) -> (EventHub, HubWriter) {
+    /// Starts the writer task for `holder`, this instance's name as a lease holder; the task
+    /// ends when every `EventHub` clone is dropped.
+    pub fn start(
+        store: Arc<dyn RunStore>,
+        holder: String,
+        batch_max: usize,
+    ) -> (EventHub, HubWriter) {
         let (queue, commands) = mpsc::channel(QUEUE_CAPACITY);
         let channels: Channels = Arc::default();
         let wakers: Wakers = Arc::default();
-        let task = tokio::spawn(write_loop(
-            commands,
-            store.clone(),
-            channels.clone(),
-            wakers.clone(),
-            batch_max.max(1),
-        ));
+        let writer = Writer {
+            store: store.clone(),
+            holder,
+            channels: channels.clone(),
+            wakers: wakers.clone(),
+            lost: HashSet::new(),
+            refused: HashSet::new(),
+        };
+        let task = tokio::spawn(writer.run(commands, batch_max.max(1)));
         (
             EventHub {
                 queue,
@@ -117,44 +126,51 @@ impl EventHub {
                 wakers,
                 generations: Arc::default(),
                 store,
+                reads: TaskTracker::new(),
             },
             HubWriter { task },
         )
     }
 
-    /// Wakes local followers when another instance appends events (PostgreSQL). Runs until
+    /// Acts on news from other instances sharing the database (PostgreSQL): wakes local
+    /// followers of runs that got events, and tells `cancel` of cancel requests. Runs until
     /// `stop` is cancelled.
-    pub async fn listen(&self, stop: tokio_util::sync::CancellationToken) {
-        let mut notifications = match self.store.appended_events().await {
+    pub(crate) async fn listen(
+        &self,
+        stop: tokio_util::sync::CancellationToken,
+        cancel: impl Fn(&str),
+    ) {
+        let mut notifications = match self.store.notifications().await {
             Ok(Some(stream)) => stream,
             Ok(None) => return,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for events; followers will poll");
+                tracing::warn!(error = %e, "cannot listen for notifications; followers poll and cancel requests wait for the next sweep");
                 return;
             }
         };
         loop {
-            let id = tokio::select! {
+            let news = tokio::select! {
                 _ = stop.cancelled() => return,
                 next = notifications.next() => match next {
-                    Some(id) => id,
+                    Some(news) => news,
                     None => return,
                 },
             };
-            let waker = self.lock_wakers().get(id.as_str()).and_then(Weak::upgrade);
-            if let Some(waker) = waker {
-                waker.notify_waiters();
+            match news {
+                Notification::Appended(id) => {
+                    let waker = lock(&self.wakers).get(id.as_str()).and_then(Weak::upgrade);
+                    if let Some(waker) = waker {
+                        waker.notify_waiters();
+                    }
+                }
+                Notification::CancelRequested(id) => cancel(&id),
             }
         }
     }
 
-    fn lock_wakers(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Weak<Notify>>> {
-        lock(&self.wakers)
-    }
-
     /// The notifier a follower of `id` waits on.
-    fn waker(&self, id: &Arc<str>) -> Arc<Notify> {
-        let mut wakers = self.lock_wakers();
+    pub(super) fn waker(&self, id: &Arc<str>) -> Arc<Notify> {
+        let mut wakers = lock(&self.wakers);
         if let Some(waker) = wakers.get(id).and_then(Weak::upgrade) {
             return waker;
         }
@@ -165,21 +181,21 @@ impl EventHub {
         waker
     }
 
-    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Live>> {
-        lock(&self.channels)
-    }
-
     /// Opens the live channel of a run about to execute here. A channel still open from the
     /// run's previous execution (its closing is queued behind its last events) is kept, so its
     /// readers go on seeing the run live; this execution's [`LiveChannel::close`] ends it.
-    pub fn open(&self, response_id: &Arc<str>) -> LiveChannel {
+    pub fn open(&self, response_id: &Arc<str>, control: Arc<RunControl>) -> LiveChannel {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
-        self.channels()
+        lock(&self.channels)
             .entry(response_id.clone())
-            .and_modify(|live| live.generation = generation)
+            .and_modify(|live| {
+                live.generation = generation;
+                live.control = control.clone();
+            })
             .or_insert_with(|| Live {
                 generation,
                 sender: broadcast::channel(LIVE_CAPACITY).0,
+                control,
             });
         LiveChannel {
             hub: self.clone(),
@@ -194,17 +210,11 @@ impl EventHub {
         let _ = self.queue.send(Command::Event(event)).await;
     }
 
-    /// Inserts a new run together with whatever else the writer commits next (group commit:
-    /// one transaction for many runs). For runs without an idempotency key: a key conflict
-    /// would fail the whole batch, so those go to the store directly.
-    pub async fn insert_run(&self, run: NewRun) -> Result<(), StoreError> {
-        self.queue_insert(run).await?.await
-    }
-
-    /// Queues a new run's insert (as `insert_run`) and returns at once; the answer comes once
-    /// it is committed. Events sent for the run afterwards follow the insert; if it fails,
-    /// they are dropped. Dropping the answer before it comes discards the run: nobody would
-    /// execute it.
+    /// Queues a new run's insert with whatever else the writer commits next (group commit:
+    /// one transaction for many runs) and returns at once; the answer comes once it is
+    /// committed. Events sent for the run afterwards follow the insert; if it fails, they are
+    /// dropped. Dropping the answer before it comes discards the run: nobody would execute
+    /// it. For runs without an idempotency key (a key conflict would fail the whole batch).
     pub async fn queue_insert(&self, run: NewRun) -> Result<Inserted, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.queue
@@ -214,8 +224,8 @@ impl EventHub {
         Ok(Inserted(answer))
     }
 
-    /// Applies a run's ending (its compare-and-set) in the writer's next transaction, after
-    /// every event sent before it.
+    /// Applies a run's ending (its compare-and-set and closing events) in the writer's next
+    /// transaction, after every event sent before it.
     pub async fn end_run(&self, ending: RunEnding) -> Result<(), StoreError> {
         self.ask(|reply| Command::End(Box::new(ending), reply))
             .await
@@ -226,11 +236,23 @@ impl EventHub {
         self.ask(|reply| Command::Flush(response_id, reply)).await
     }
 
-    /// Queues a command and waits for the writer's answer.
-    async fn ask(
+    /// Extends this instance's lease on `ids` (those it still holds) until `until`; returns
+    /// the ids a client asked to cancel.
+    pub async fn renew(
         &self,
-        command: impl FnOnce(oneshot::Sender<Result<(), StoreError>>) -> Command,
-    ) -> Result<(), StoreError> {
+        ids: Vec<String>,
+        until: UnixMillis,
+    ) -> Result<Vec<String>, StoreError> {
+        self.ask(|reply| Command::Renew(ids, until, reply)).await
+    }
+
+    /// Lets go of every run this instance holds, for another instance to take over.
+    pub async fn release_all(&self) -> Result<u64, StoreError> {
+        self.ask(Command::Release).await
+    }
+
+    /// Queues a command and waits for the writer's answer.
+    async fn ask<T>(&self, command: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
         self.queue
             .send(command(tx))
@@ -240,7 +262,7 @@ impl EventHub {
     }
 
     /// The run's events after `after` (from the start with `None`): the stored ones, then
-    /// live ones until a terminal event, or until the run stops executing here.
+    /// live ones until the run stops (or waits for its client).
     pub fn follow(
         &self,
         response_id: Arc<str>,
@@ -265,165 +287,20 @@ impl EventHub {
         backlog: bool,
     ) -> impl Stream<Item = Result<Arc<EventRecord>, StoreError>> + Send + 'static {
         // Subscribe before reading the backlog so nothing falls between the two.
-        let live = self
-            .channels()
+        let live = lock(&self.channels)
             .get(&response_id)
             .map(|live| live.sender.subscribe());
-        let is_live = live.is_some();
-        let follower = Follower {
-            waker: live.is_none().then(|| self.waker(&response_id)),
-            settled_since: None,
-            check_cursor: after.is_some(),
-            store: self.store.clone(),
+        let waker = live.is_none().then(|| self.waker(&response_id));
+        Follower::new(
+            self.store.clone(),
+            self.reads.clone(),
             response_id,
-            next: after.map_or(0, |n| n + 1),
+            after,
             live,
-            buffer: std::collections::VecDeque::new(),
-            // Without a live channel the store is the only source, whatever the caller said.
-            check_store: backlog || !is_live,
-            after_terminal: false,
-            ended: false,
-        };
-        futures_util::stream::unfold(follower, |mut f| async move {
-            match f.next().await {
-                Ok(Some(event)) => Some((Ok(event), f)),
-                Ok(None) => None,
-                Err(e) => {
-                    f.ended = true;
-                    Some((Err(e), f))
-                }
-            }
-        })
-    }
-}
-
-struct Follower {
-    /// Set when the run is not executing here: woken when another instance appends.
-    waker: Option<Arc<Notify>>,
-    /// When the follower first found the run stopped with no closing event stored yet.
-    settled_since: Option<Instant>,
-    /// The reader resumes after a cursor: whether the event there closed a segment is
-    /// looked at first (then the stream ends at once unless the log goes on).
-    check_cursor: bool,
-    store: Arc<dyn RunStore>,
-    response_id: Arc<str>,
-    /// The next sequence number the reader expects.
-    next: u64,
-    live: Option<broadcast::Receiver<Arc<EventRecord>>>,
-    buffer: std::collections::VecDeque<Arc<EventRecord>>,
-    /// Whether the store may hold events the reader has not seen (at the start, after a gap).
-    check_store: bool,
-    /// The last event delivered ended a segment (completed, paused, failed): the stream ends
-    /// unless the log goes on after it (a paused run that was resumed).
-    after_terminal: bool,
-    ended: bool,
-}
-
-impl Follower {
-    async fn next(&mut self) -> Result<Option<Arc<EventRecord>>, StoreError> {
-        loop {
-            if let Some(event) = self.buffer.pop_front() {
-                return Ok(Some(self.deliver(event)));
-            }
-            if self.ended {
-                return Ok(None);
-            }
-            // Only for a run not executing here: a live run (just resumed after a pause,
-            // say) goes on after the cursor.
-            if self.check_cursor && self.live.is_some() {
-                self.check_cursor = false;
-            }
-            if self.check_cursor {
-                self.check_cursor = false;
-                let cursor = self.next.saturating_sub(1);
-                let at = self
-                    .store
-                    .events_after(&self.response_id, cursor.checked_sub(1), 1)
-                    .await?;
-                self.after_terminal = at
-                    .first()
-                    .is_some_and(|e| e.sequence_number == cursor && is_terminal(&e.event_type));
-            }
-            if self.after_terminal {
-                self.ended = !self.fill_from_store().await?;
-                continue;
-            }
-            // Whatever is stored beyond `next` first (the backlog, or a gap).
-            if self.check_store {
-                if self.fill_from_store().await? {
-                    continue;
-                }
-                self.check_store = false;
-            }
-            let Some(live) = &mut self.live else {
-                self.follow_stored().await?;
-                continue;
-            };
-            match live.recv().await {
-                Ok(event) if event.sequence_number < self.next => {}
-                Ok(event) if event.sequence_number == self.next => {
-                    return Ok(Some(self.deliver(event)));
-                }
-                // A gap (the receiver lagged or subscribed late): the store has the rest.
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.check_store = true,
-                Err(broadcast::error::RecvError::Closed) => {
-                    self.live = None;
-                    self.check_store = true;
-                }
-            }
-        }
-    }
-
-    /// The run is not executing here: it may be queued or running on another instance.
-    /// Either the stored log is complete (the run stopped or waits for the client), or new
-    /// events are waited for.
-    async fn follow_stored(&mut self) -> Result<(), StoreError> {
-        let waker = self
-            .waker
-            .clone()
-            .unwrap_or_else(|| Arc::new(Notify::new()));
-        let notified = waker.notified();
-        tokio::pin!(notified);
-        // Registered before looking, so a notification in between is not missed.
-        notified.as_mut().enable();
-        let state = self.store.state_of(&self.response_id).await?;
-        let settled = state.is_none_or(|s| s.is_final() || s == RunState::RequiresAction);
-        if self.fill_from_store().await? {
-            self.settled_since = None;
-            return Ok(());
-        }
-        if settled {
-            // The state changes before the closing event is written: give it a moment to
-            // arrive (a log without one, after a crash, ends the stream anyway).
-            let since = *self.settled_since.get_or_insert_with(Instant::now);
-            if state.is_none() || since.elapsed() >= SETTLE_GRACE {
-                self.ended = true;
-                return Ok(());
-            }
-        }
-        let _ = tokio::time::timeout(POLL_INTERVAL, notified).await;
-        self.check_store = true;
-        Ok(())
-    }
-
-    /// Reads stored events from `next` into the buffer; true when it found any.
-    async fn fill_from_store(&mut self) -> Result<bool, StoreError> {
-        let after = self.next.checked_sub(1);
-        let events = self
-            .store
-            .events_after(&self.response_id, after, REPLAY_PAGE)
-            .await?;
-        let found = !events.is_empty();
-        self.buffer.extend(events.into_iter().map(Arc::new));
-        Ok(found)
-    }
-
-    fn deliver(&mut self, event: Arc<EventRecord>) -> Arc<EventRecord> {
-        self.next = event.sequence_number + 1;
-        self.after_terminal = is_terminal(&event.event_type) && self.buffer.is_empty();
-        // Nothing can follow the run's last event: no need to look in the store for more.
-        self.ended |= event.ends_run;
-        event
+            waker,
+            backlog,
+        )
+        .into_stream()
     }
 }
 
@@ -444,128 +321,187 @@ impl std::future::Future for Inserted {
 }
 
 fn writer_stopped() -> StoreError {
-    StoreError::Database("the event writer has stopped".into())
+    StoreError::Unavailable("the event writer has stopped".into())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn write_loop(
-    mut commands: mpsc::Receiver<Command>,
+/// The writer task's state.
+struct Writer {
     store: Arc<dyn RunStore>,
+    holder: String,
     channels: Channels,
     wakers: Wakers,
-    batch_max: usize,
-) {
-    let mut failed: HashSet<Arc<str>> = HashSet::new();
-    // Runs whose insert failed: their events are dropped until their channel closes.
-    let mut refused: HashSet<Arc<str>> = HashSet::new();
-    let mut batch: Vec<Command> = Vec::with_capacity(batch_max);
-    while commands.recv_many(&mut batch, batch_max).await > 0 {
-        let events: Vec<EventRecord> = batch
-            .iter()
-            .filter_map(|c| match c {
-                Command::Event(e) if !refused.contains(&e.response_id) => {
-                    Some(EventRecord::clone(e))
-                }
-                _ => None,
-            })
-            .collect();
-        // A run whose events could not be written gets no ending: its log has a hole.
-        let skipped: HashSet<Arc<str>> = batch
-            .iter()
-            .filter_map(|c| match c {
-                Command::End(ending, _) => failed.get(ending.id.as_str()).cloned(),
-                _ => None,
-            })
-            .collect();
-        let write = WriteBatch {
-            runs: batch
+    /// Runs whose events could not be written: nothing more of them is, until their
+    /// execution here ends (a later event would follow a hole in the log).
+    lost: HashSet<Arc<str>>,
+    /// Runs whose insert failed: their events are dropped until their channel closes.
+    refused: HashSet<Arc<str>>,
+}
+
+impl Writer {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>, batch_max: usize) {
+        let mut batch: Vec<Command> = Vec::with_capacity(batch_max);
+        while commands.recv_many(&mut batch, batch_max).await > 0 {
+            let events: Vec<EventRecord> = batch
                 .iter()
                 .filter_map(|c| match c {
-                    Command::Insert(run, _) => Some(&**run),
-                    _ => None,
-                })
-                .collect(),
-            events: &events,
-            endings: batch
-                .iter()
-                .filter_map(|c| match c {
-                    Command::End(ending, _) if !skipped.contains(ending.id.as_str()) => {
-                        Some(&**ending)
+                    Command::Event(e) if !self.dropped(&e.response_id) => {
+                        Some(EventRecord::clone(e))
                     }
                     _ => None,
                 })
-                .collect(),
-        };
-        let written = write_batch(&*store, &write).await;
-        drop(write);
-        let (lost, not_inserted, mut ended) = written;
-        let mut orphans = Vec::new();
-        failed.extend(lost.iter().cloned());
-        refused.extend(not_inserted.keys().map(|id| Arc::from(id.as_str())));
-        wake_followers(&wakers, &events);
-        for command in batch.drain(..) {
-            match command {
-                Command::End(ending, reply) => {
-                    let result = if skipped.contains(ending.id.as_str()) {
-                        Err(StoreError::Database(format!(
-                            "events of {} could not be written",
-                            ending.id
-                        )))
-                    } else {
-                        ended.next().unwrap_or_else(|| {
-                            Err(StoreError::Database("the ending was not written".into()))
-                        })
-                    };
-                    let _ = reply.send(result);
-                }
-                Command::Insert(run, reply) => {
-                    let result = match not_inserted.get(run.body.id.as_str()) {
-                        Some(e) => Err(StoreError::Database(e.clone())),
-                        None => Ok(()),
-                    };
-                    let inserted = result.is_ok();
-                    if reply.send(result).is_err() && inserted {
-                        // The request went away before it learned of its run: nobody knows
-                        // the run's id and nothing will execute it.
-                        orphans.push(*run);
-                    }
-                }
-                Command::Event(event) => {
-                    if lost.contains(&event.response_id) || refused.contains(&event.response_id) {
-                        continue;
-                    }
-                    if let Some(live) = lock(&channels).get(&event.response_id) {
-                        // No receivers is fine: nobody is watching.
-                        let _ = live.sender.send(event);
-                    }
-                }
-                Command::Flush(id, reply) => {
-                    let result = if failed.remove(&id) {
-                        Err(StoreError::Database(format!(
-                            "events of {id} could not be written"
-                        )))
-                    } else {
-                        Ok(())
-                    };
-                    let _ = reply.send(result);
-                }
-                Command::Close(id, generation) => {
-                    // A later execution of the run (resumed here) owns the channel and the
-                    // record of its failed events.
-                    let mut channels = lock(&channels);
-                    if channels.get(&id).is_none_or(|l| l.generation == generation) {
-                        channels.remove(&id);
-                        failed.remove(&id);
-                        refused.remove(&id);
-                    }
-                }
+                .collect();
+            let write = WriteBatch {
+                holder: &self.holder,
+                runs: batch
+                    .iter()
+                    .filter_map(|c| match c {
+                        Command::Insert(run, _) => Some(&**run),
+                        _ => None,
+                    })
+                    .collect(),
+                events: &events,
+                endings: batch
+                    .iter()
+                    .filter_map(|c| match c {
+                        // A run whose events were lost gets no ending after the hole.
+                        Command::End(ending, _) if !self.lost.contains(ending.id.as_str()) => {
+                            Some(&**ending)
+                        }
+                        _ => None,
+                    })
+                    .collect(),
+            };
+            let outcome = self.store.write_batch(&write).await;
+            drop(write);
+            for (id, loss) in &outcome.lost {
+                self.lose(id, loss);
+            }
+            self.refused
+                .extend(outcome.not_inserted.keys().map(|id| Arc::from(id.as_str())));
+            wake_followers(&self.wakers, &events);
+            wake_followers(
+                &self.wakers,
+                batch.iter().filter_map(|c| match c {
+                    Command::End(ending, _) => ending.events.first(),
+                    _ => None,
+                }),
+            );
+            let mut endings = outcome.endings.into_iter();
+            let mut orphans = Vec::new();
+            for command in batch.drain(..) {
+                self.answer(command, &outcome.not_inserted, &mut endings, &mut orphans)
+                    .await;
+            }
+            if !orphans.is_empty() {
+                discard_orphans(&*self.store, &self.channels, orphans).await;
             }
         }
-        if !orphans.is_empty() {
-            discard_orphans(&*store, &channels, orphans).await;
+    }
+
+    /// Whether events of the run are no longer written.
+    fn dropped(&self, id: &Arc<str>) -> bool {
+        self.lost.contains(id) || self.refused.contains(id)
+    }
+
+    /// The run's events were not written: it stops, for the reason the loss gives.
+    fn lose(&mut self, id: &Arc<str>, loss: &Loss) {
+        let reason = match loss {
+            Loss::NotHeld => StopReason::Lost,
+            Loss::Failed(e) if e.is_transient() => StopReason::Unstored,
+            Loss::Failed(_) => StopReason::Refused,
+        };
+        tracing::warn!(response_id = %id, ?loss, "events of a run were not stored; it stops here");
+        if let Some(live) = lock(&self.channels).get(id) {
+            live.control.stop(reason);
+        }
+        self.lost.insert(id.clone());
+    }
+
+    /// Answers a command of the batch just written, in the order they came.
+    async fn answer(
+        &mut self,
+        command: Command,
+        not_inserted: &HashMap<String, StoreError>,
+        endings: &mut impl Iterator<Item = Result<(), StoreError>>,
+        orphans: &mut Vec<NewRun>,
+    ) {
+        match command {
+            Command::End(ending, reply) => {
+                let result = if self.lost.contains(ending.id.as_str()) {
+                    Err(StoreError::Unavailable(format!(
+                        "events of {} could not be written",
+                        ending.id
+                    )))
+                } else {
+                    endings.next().unwrap_or_else(|| {
+                        Err(StoreError::Unavailable("the ending was not written".into()))
+                    })
+                };
+                if result.is_ok() {
+                    // Its closing events, now that they are stored with the ending.
+                    self.publish(ending.events.into_iter().map(Arc::new));
+                }
+                let _ = reply.send(result);
+            }
+            Command::Insert(run, reply) => {
+                let result = match not_inserted.get(run.body.id.as_str()) {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(()),
+                };
+                let inserted = result.is_ok();
+                if reply.send(result).is_err() && inserted {
+                    // The request went away before it learned of its run: nobody knows the
+                    // run's id and nothing will execute it.
+                    orphans.push(*run);
+                }
+            }
+            Command::Event(event) => {
+                if !self.dropped(&event.response_id) {
+                    self.publish(std::iter::once(event));
+                }
+            }
+            Command::Flush(id, reply) => {
+                let result = if self.lost.contains(&id) {
+                    Err(StoreError::Unavailable(format!(
+                        "events of {id} could not be written"
+                    )))
+                } else {
+                    Ok(())
+                };
+                let _ = reply.send(result);
+            }
+            Command::Close(id, generation) => {
+                // A later execution of the run (resumed here) owns the channel and the
+                // record of its lost events.
+                let mut channels = lock(&self.channels);
+                if channels.get(&id).is_none_or(|l| l.generation == generation) {
+                    channels.remove(&id);
+                    self.lost.remove(&id);
+                    self.refused.remove(&id);
+                }
+            }
+            Command::Renew(ids, until, reply) => {
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let _ = reply.send(self.store.renew_leases(&self.holder, &ids, until).await);
+            }
+            Command::Release(reply) => {
+                let _ = reply.send(self.store.release_leases(&self.holder).await);
+            }
+        }
+    }
+
+    /// Hands stored events to their run's live subscribers.
+    fn publish(&self, events: impl Iterator<Item = Arc<EventRecord>>) {
+        let channels = lock(&self.channels);
+        for event in events {
+            if let Some(live) = channels.get(&event.response_id) {
+                // No receivers is fine: nobody is watching.
+                let _ = live.sender.send(event);
+            }
         }
     }
 }
@@ -589,7 +525,7 @@ async fn discard_orphans(store: &dyn RunStore, channels: &Channels, orphans: Vec
 
 /// Wakes this instance's followers of runs that are not executing here (queued, say, or
 /// executing elsewhere until claimed here) when their events were just written here.
-fn wake_followers(wakers: &Wakers, events: &[EventRecord]) {
+fn wake_followers<'a>(wakers: &Wakers, events: impl IntoIterator<Item = &'a EventRecord>) {
     let wakers = lock(wakers);
     if wakers.is_empty() {
         return;
@@ -604,87 +540,4 @@ fn wake_followers(wakers: &Wakers, events: &[EventRecord]) {
             waker.notify_waiters();
         }
     }
-}
-
-/// Writes a batch (new runs and events) in one transaction, with retries; if it still fails,
-/// writes run by run so that one run's bad row cannot lose the others'. Returns the runs whose
-/// events were lost, and the new runs that could not be inserted (with the error).
-async fn write_batch(
-    store: &dyn RunStore,
-    batch: &WriteBatch<'_>,
-) -> (
-    HashSet<Arc<str>>,
-    HashMap<String, String>,
-    std::vec::IntoIter<Result<(), StoreError>>,
-) {
-    if let Ok(ended) = write_with_retries(store, batch).await {
-        return (HashSet::new(), HashMap::new(), ended.into_iter());
-    }
-    let mut not_inserted = HashMap::new();
-    for run in &batch.runs {
-        if let Err(e) = store.insert_run(run).await {
-            tracing::error!(response_id = %run.body.id, error = %e, "a run could not be stored");
-            not_inserted.insert(run.body.id.clone(), e.to_string());
-        }
-    }
-    // The events of a run that is not stored are not written either.
-    let events: Vec<EventRecord> = batch
-        .events
-        .iter()
-        .filter(|e| !not_inserted.contains_key(&*e.response_id))
-        .cloned()
-        .collect();
-    let lost = write_events_apart(store, &events).await;
-    let mut ended = Vec::with_capacity(batch.endings.len());
-    for ending in &batch.endings {
-        if lost.contains(ending.id.as_str()) {
-            // Its events just failed: no ending after a hole in the log.
-            ended.push(Err(StoreError::Database(format!(
-                "events of {} could not be written",
-                ending.id
-            ))));
-            continue;
-        }
-        let update = ending.update();
-        ended.push(
-            store
-                .transition(&ending.id, RunState::InProgress, ending.to, &update)
-                .await,
-        );
-    }
-    (lost, not_inserted, ended.into_iter())
-}
-
-/// Writes each run's events in a transaction of its own; returns the runs whose events were
-/// lost.
-async fn write_events_apart(store: &dyn RunStore, events: &[EventRecord]) -> HashSet<Arc<str>> {
-    let mut by_run: HashMap<Arc<str>, Vec<EventRecord>> = HashMap::new();
-    for event in events {
-        by_run
-            .entry(event.response_id.clone())
-            .or_default()
-            .push(event.clone());
-    }
-    let mut lost = HashSet::new();
-    for (id, events) in by_run {
-        if let Err(e) = store.append_events(&events).await {
-            tracing::error!(response_id = %id, error = %e, "events could not be stored");
-            lost.insert(id);
-        }
-    }
-    lost
-}
-
-async fn write_with_retries(
-    store: &dyn RunStore,
-    batch: &WriteBatch<'_>,
-) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-    let mut result = store.write_batch(batch).await;
-    for delay in RETRY_DELAYS_MS {
-        let Err(e) = &result else { break };
-        tracing::warn!(error = %e, runs = batch.runs.len(), events = batch.events.len(), "writing a batch failed; retrying");
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        result = store.write_batch(batch).await;
-    }
-    result
 }

@@ -1,29 +1,24 @@
 //! The persisted pause and what ends it: `submit_tool_outputs` (resume the same run, from the
-//! database, on any instance), the standard continuation by `previous_response_id`, cancel,
-//! and expiry. Every change of state is a compare-and-set; losing one is an answer, not a
+//! database, on any instance), the standard continuation by `previous_response_id`, and
+//! expiry. Every change of state is a compare-and-set; losing one is an answer, not a
 //! crash.
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use super::emitter::EventEmitter;
+use super::lifecycle::{Ending, StoredEnd, end_stored};
+use super::resume::Resumption;
 use super::run::Decision;
-use super::{Engine, EngineError, Launch, StartedRun, close_incomplete, now_ms};
-use crate::protocol::events::Event;
+use super::{Engine, EngineError, StartedRun};
 use crate::protocol::items::{
     CallOutput, FunctionCallOutput, Item, McpApprovalResponse, ToolOutput,
 };
 use crate::protocol::request::{CreateResponse, FieldError, SubmitToolOutputs};
 use crate::protocol::response::{
-    CallKind, IncompleteDetails, PendingApproval, PendingWork, ResponseObject, ResponseStatus,
+    CallKind, PendingApproval, PendingWork, ResponseObject, ResponseStatus,
 };
 use crate::protocol::transcript::Entry;
-use crate::store::{RunState, RunUpdate, StoreError, StoredRun};
-
-/// How long `cancel` waits for a running run to stop.
-const CANCEL_WAIT: Duration = Duration::from_secs(10);
+use crate::store::{Change, RunState, StoreError, StoredRun, Transition};
+use crate::time::UnixMillis;
 
 /// The calls and approval requests a paused run waits for.
 fn pending_work(body: &ResponseObject) -> PendingWork {
@@ -133,7 +128,10 @@ impl Engine {
         if run.state != RunState::RequiresAction {
             return Err(not_accepting(run.state));
         }
-        if run.expires_at.is_some_and(|deadline| deadline < now_ms()) {
+        if run
+            .expires_at
+            .is_some_and(|deadline| deadline < UnixMillis::now())
+        {
             let state = self.expire(run).await;
             return Err(not_accepting(state));
         }
@@ -203,65 +201,38 @@ impl Engine {
             item.normalise();
         }
 
+        // Prepared before anything changes: a model or tool server gone from the
+        // configuration is the client's error, and the run stays paused.
+        let loaded = self.load(tenant_id, &run.body, &run.transcript).await?;
         let mut body = run.body.clone();
         body.status = ResponseStatus::InProgress;
         body.required_action = None;
         body.completed_at = None;
         // Null while running (SPEC §4); the run adds to it when it stops again.
-        let prior_usage = body.usage.take();
-        // The run's own transcript counts: its servers were announced before the pause.
-        let (prepared, history) = self
-            .prepare_stored(tenant_id, &body, &run.transcript)
-            .await?;
-        let now = now_ms();
-        let update = RunUpdate {
-            body: &body,
-            transcript: &run.transcript,
-            lease_owner: Some(&self.inner.settings.instance_id),
-            lease_expires_at: Some(now + self.inner.settings.lease_ttl.as_millis() as i64),
-            expires_at: None,
+        body.usage = None;
+        let now = UnixMillis::now();
+        let change = Change {
+            body: Some(&body),
             append_input: &outputs,
-            expected_owner: None,
-            now_ms: now,
+            now,
+            lease_until: now.plus(self.inner.settings.lease_ttl),
+            ..Change::new(id, Transition::RESUME, self.holder())
         };
         // One compare-and-set: of two concurrent submissions exactly one gets here.
-        match super::state::transition(
-            &*self.inner.store,
-            id,
-            RunState::RequiresAction,
-            RunState::InProgress,
-            &update,
-        )
-        .await
-        {
-            Ok(()) => {}
+        let applied = match self.inner.store.transition(&change).await {
+            Ok(applied) => applied,
             Err(StoreError::Conflict { actual }) => return Err(not_accepting(actual)),
             Err(StoreError::NotFound) => return Err(EngineError::NotFound(id.to_string())),
             Err(e) => return Err(e.into()),
-        }
+        };
         tracing::info!(response_id = %id, outputs = outputs.len(), "run resumed");
-        let mut context = history;
-        let input = self.inner.store.input_items(tenant_id, id).await?;
-        context.extend(input.into_iter().map(Entry::Item));
-        let next_sequence = self
-            .inner
-            .store
-            .last_sequence_number(id)
-            .await?
-            .map_or(0, |n| n + 1);
-        let launch = Launch {
-            tenant_id: tenant_id.to_string(),
-            body,
-            context,
-            transcript: run.transcript,
-            next_sequence,
-            resumed: true,
+        let resumption = Resumption {
+            run,
+            next_sequence: applied.next_sequence,
             stream: submission.stream == Some(true),
             decisions,
-            prior_usage,
-            admission: None,
         };
-        Ok(self.launch(prepared, launch))
+        self.resume(loaded, resumption).await
     }
 
     /// A continuation answered the paused run's calls: check it answered all, then the
@@ -319,26 +290,12 @@ impl Engine {
         })?;
         let mut body = previous.body.clone();
         body.required_action = None;
-        let update = RunUpdate {
-            body: &body,
-            transcript: &previous.transcript,
-            lease_owner: None,
-            lease_expires_at: None,
-            expires_at: None,
-            append_input: &[],
-            expected_owner: None,
-            now_ms: now_ms(),
+        let change = Change {
+            body: Some(&body),
+            ..Change::new(&body.id, Transition::CONTINUE, self.holder())
         };
-        match super::state::transition(
-            &*self.inner.store,
-            &body.id,
-            RunState::RequiresAction,
-            RunState::Completed,
-            &update,
-        )
-        .await
-        {
-            Ok(()) => Ok(decisions),
+        match self.inner.store.transition(&change).await {
+            Ok(_) => Ok(decisions),
             Err(StoreError::Conflict { actual }) => Err(FieldError::new(
                 "previous_response_id",
                 format!(
@@ -352,57 +309,9 @@ impl Engine {
         }
     }
 
-    /// `POST /v1/responses/{id}/cancel`: stops a queued, running or paused run; a run that
-    /// already stopped is returned as it is.
-    pub async fn cancel(&self, tenant_id: &str, id: &str) -> Result<ResponseObject, EngineError> {
-        let mut run = self.get_run(tenant_id, id).await?;
-        if run.state.is_final() {
-            return Ok(run.body);
-        }
-        let live = self.live().get(id).map(|live| {
-            live.cancelled.store(true, Ordering::SeqCst);
-            live.stop.cancel();
-            live.stopped.clone()
-        });
-        if let Some(mut stopped) = live {
-            // The run closes its items, stops its model stream and tools, and stores itself.
-            let _ = tokio::time::timeout(CANCEL_WAIT, stopped.wait_for(|done| *done)).await;
-            run = self.get_run(tenant_id, id).await?;
-            // A run that had paused when the cancel came (its task was still finishing) is
-            // cancelled in the store below, like any paused run.
-            if run.state != RunState::RequiresAction {
-                return Ok(run.body);
-            }
-        }
-        // Paused, or executing nowhere (its instance is gone): cancel it in the store.
-        let mut body = run.body.clone();
-        for item in &mut body.output {
-            close_incomplete(item);
-        }
-        body.status = ResponseStatus::Cancelled;
-        body.required_action = None;
-        body.completed_at = None;
-        match self
-            .end_stored_run(
-                &run,
-                RunState::Cancelled,
-                &body,
-                vec![Event::Failed {
-                    response: Box::new(body.clone()),
-                }],
-            )
-            .await
-        {
-            Ok(()) => Ok(body),
-            // It moved on meanwhile (resumed, finished): report what it is now.
-            Err(StoreError::Conflict { .. }) => Ok(self.get_run(tenant_id, id).await?.body),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Moves paused runs past their deadline to `expired`.
     pub(super) async fn expire_overdue(&self) -> Result<usize, EngineError> {
-        let overdue = self.inner.store.expired_runs(now_ms()).await?;
+        let overdue = self.inner.store.expired_runs(UnixMillis::now()).await?;
         let count = overdue.len();
         for run in overdue {
             self.expire(run).await;
@@ -412,20 +321,14 @@ impl Engine {
 
     /// Expires one paused run; returns the state it is in afterwards.
     async fn expire(&self, run: StoredRun) -> RunState {
-        let mut body = run.body.clone();
-        body.status = ResponseStatus::Incomplete;
-        body.incomplete_details = Some(IncompleteDetails {
-            reason: "tool_outputs_expired".into(),
-        });
-        body.required_action = None;
-        body.completed_at = None;
-        let event = Event::Incomplete {
-            response: Box::new(body.clone()),
+        let mut body = run.body;
+        let end = StoredEnd {
+            tenant_id: &run.tenant_id,
+            from: run.state,
+            body: &mut body,
+            transcript: None,
         };
-        match self
-            .end_stored_run(&run, RunState::Expired, &body, vec![event])
-            .await
-        {
+        match end_stored(&*self.inner.store, self.holder(), end, &Ending::Expired).await {
             Ok(()) => {
                 tracing::info!(response_id = %body.id, "paused run expired");
                 RunState::Expired
@@ -436,44 +339,6 @@ impl Engine {
                 run.state
             }
         }
-    }
-
-    /// Ends a run that is not executing here: compare-and-set to `to`, then its log gets
-    /// the closing events after the last one stored.
-    pub(super) async fn end_stored_run(
-        &self,
-        run: &StoredRun,
-        to: RunState,
-        body: &ResponseObject,
-        events: Vec<Event>,
-    ) -> Result<(), StoreError> {
-        let update = RunUpdate {
-            body,
-            transcript: &run.transcript,
-            lease_owner: None,
-            lease_expires_at: None,
-            expires_at: None,
-            append_input: &[],
-            expected_owner: None,
-            now_ms: now_ms(),
-        };
-        super::state::transition(&*self.inner.store, &body.id, run.state, to, &update).await?;
-        let next = self
-            .inner
-            .store
-            .last_sequence_number(&body.id)
-            .await?
-            .map_or(0, |n| n + 1);
-        let mut emitter = EventEmitter::new(
-            self.inner.hub.clone(),
-            Arc::from(body.id.as_str()),
-            Arc::from(run.tenant_id.as_str()),
-            next,
-        );
-        for event in events {
-            emitter.emit(event).await;
-        }
-        emitter.flush().await
     }
 }
 

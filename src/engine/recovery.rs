@@ -1,9 +1,9 @@
-//! Taking over a run whose instance died. The run continues from its last checkpoint (the
-//! last completed model turn, and the server calls dispatched since); the event log is
-//! completed first: items left open by the crash are closed `incomplete`, and a dispatched
-//! call with no recorded result is reported to the model as interrupted — it is never run
-//! twice. (Read-only calls are not recorded as started: the model is asked for their turn
-//! again, and they run again.)
+//! Taking over a run whose instance stopped: died (its lease ran out), or handed it over. The
+//! run continues from its last checkpoint (the last completed model turn, and the server calls
+//! dispatched since); the event log is completed first: items left open are closed
+//! `incomplete`, and a dispatched call with no recorded result is reported to the model as
+//! interrupted — it is never run twice. (Read-only calls are not recorded as started: the
+//! model is asked for their turn again, and they run again.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -11,12 +11,14 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::emitter::EventEmitter;
-use super::{Engine, EngineError, Launch, now_ms};
-use crate::protocol::events::Event;
+use super::resume::Resumption;
+use super::{Engine, EngineError};
+use crate::protocol::events::{Event, EventRecord};
 use crate::protocol::items::{Item, ItemStatus};
 use crate::protocol::response::ResponseStatus;
 use crate::protocol::transcript::Entry;
-use crate::store::{EventRecord, StoredRun};
+use crate::store::StoredRun;
+use crate::time::UnixMillis;
 
 /// Events read per query while rebuilding a log.
 const PAGE: u32 = 1000;
@@ -70,10 +72,52 @@ fn rebuild_output(events: &[EventRecord]) -> (Vec<Item>, BTreeSet<usize>) {
 }
 
 impl Engine {
-    /// Continues a run this instance has just claimed from a dead one.
-    pub(super) async fn take_over(&self, run: StoredRun) -> Result<(), EngineError> {
+    /// Takes over runs whose lease ran out (their instance stopped without handing them
+    /// over) or that were handed over: on start, and then periodically. With `everything`,
+    /// every running run not executing here counts (one process serves an SQLite file: whatever
+    /// it did not start itself was left by a previous process). A run that cannot be
+    /// continued is failed.
+    pub async fn recover_abandoned(&self, everything: bool) -> Result<usize, EngineError> {
+        let now = if everything {
+            UnixMillis::MAX
+        } else {
+            UnixMillis::now()
+        };
+        let stale = self.inner.store.stale_runs(now).await?;
+        let mut taken = 0;
+        for run in stale {
+            if self.inner.live.contains(&run.body.id) {
+                continue;
+            }
+            if self.recover(&run.body.id, now).await? {
+                taken += 1;
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Takes over one run whose lease ran out before `now`; false when another instance got
+    /// it first.
+    pub(super) async fn recover(&self, id: &str, now: UnixMillis) -> Result<bool, EngineError> {
+        let lease = self.lease(UnixMillis::now());
+        // Several instances may find it; one claims it.
+        let Some(run) = self.inner.store.claim_stale(id, &lease, now).await? else {
+            return Ok(false);
+        };
+        if let Err(e) = Box::pin(self.take_over(run.clone())).await {
+            tracing::error!(response_id = %id, error = %e, "cannot take over a run; failing it");
+            self.give_up(
+                run,
+                "The run was interrupted: the instance executing it stopped.",
+            )
+            .await;
+        }
+        Ok(true)
+    }
+
+    /// Continues a run this instance has just claimed from one that stopped.
+    async fn take_over(&self, run: StoredRun) -> Result<(), EngineError> {
         let id = run.body.id.clone();
-        let tenant_id = run.tenant_id.clone();
         let store = &self.inner.store;
         let mut events = Vec::new();
         loop {
@@ -89,83 +133,14 @@ impl Engine {
         let mut emitter = EventEmitter::new(
             self.inner.hub.clone(),
             Arc::from(id.as_str()),
-            Arc::from(tenant_id.as_str()),
+            Arc::from(run.tenant_id.as_str()),
             next,
         );
-
-        // The log first: what was open at the crash is closed, incomplete.
         let (mut output, open) = rebuild_output(&events);
-        for index in open {
-            if let Some(item) = output.get_mut(index) {
-                *item.status_mut() = Some(ItemStatus::Incomplete);
-                let event = Event::OutputItemDone {
-                    output_index: index,
-                    item: item.clone(),
-                };
-                emitter.emit(event).await;
-            }
-        }
-
-        // Then the transcript: dispatched calls take their logged result, or are interrupted.
-        let logged: HashMap<String, Item> = output
-            .iter()
-            .filter(|item| {
-                matches!(item, Item::McpCall(c) if matches!(c.status, Some(ItemStatus::Completed | ItemStatus::Failed)))
-            })
-            .map(|item| (item.id().to_string(), item.clone()))
-            .collect();
+        close_open_items(&mut emitter, &mut output, open).await;
         let mut transcript = run.transcript.clone();
-        let mut interrupted = 0;
-        for entry in transcript.iter_mut() {
-            let Entry::Item(item) = entry else { continue };
-            let Item::McpCall(call) = item else { continue };
-            if call.status != Some(ItemStatus::InProgress) {
-                continue;
-            }
-            if let Some(result) = logged.get(&call.id) {
-                *item = result.clone();
-                continue;
-            }
-            interrupted += 1;
-            call.status = Some(ItemStatus::Failed);
-            call.error = Some(json!({"type": "mcp_tool_execution_error", "content": INTERRUPTED}));
-            let shown = output.iter().position(|o| o.id() == call.id);
-            let failed = Item::McpCall(call.clone());
-            match shown {
-                // Shown before the crash: its item now says why it failed.
-                Some(index) => output[index] = failed,
-                None => {
-                    let output_index = output.len();
-                    output.push(failed.clone());
-                    emitter
-                        .emit(Event::OutputItemAdded {
-                            output_index,
-                            item: failed.clone(),
-                        })
-                        .await;
-                    emitter
-                        .emit(Event::OutputItemDone {
-                            output_index,
-                            item: failed,
-                        })
-                        .await;
-                }
-            }
-        }
-        // Tool servers announced before the first checkpoint are not announced again.
-        let announced: Vec<Entry> = output
-            .iter()
-            .filter(|item| {
-                matches!(item, Item::McpListTools(l) if l.status == Some(ItemStatus::Completed))
-                    && !transcript
-                        .iter()
-                        .filter_map(Entry::item)
-                        .any(|seen| seen.id() == item.id())
-            })
-            .cloned()
-            .map(Entry::Item)
-            .collect();
-        transcript.splice(0..0, announced);
+        let interrupted = settle_calls(&mut emitter, &mut output, &mut transcript).await;
+        keep_announcements(&output, &mut transcript);
         if !matches!(transcript.last(), None | Some(Entry::TurnEnd)) {
             transcript.push(Entry::TurnEnd);
         }
@@ -180,38 +155,114 @@ impl Engine {
         let mut body = run.body.clone();
         body.output = output;
         body.status = ResponseStatus::InProgress;
-        let prior_usage = body.usage.take();
+        let now = UnixMillis::now();
         store
-            .checkpoint(
-                &id,
-                &self.inner.settings.instance_id,
-                &body,
-                &transcript,
-                now_ms(),
-            )
+            .checkpoint(&id, self.holder(), &body, &transcript, now)
             .await?;
-        let (prepared, history) = self.prepare_stored(&tenant_id, &body, &transcript).await?;
-        let mut context = history;
-        context.extend(
-            store
-                .input_items(&tenant_id, &id)
-                .await?
-                .into_iter()
-                .map(Entry::Item),
-        );
-        let launch = Launch {
-            tenant_id,
+        let run = StoredRun {
             body,
-            context,
             transcript,
+            ..run
+        };
+        let loaded = match self.load(&run.tenant_id, &run.body, &run.transcript).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                let why = format!("The run cannot continue: {e}");
+                self.give_up(run, &why).await;
+                return Ok(());
+            }
+        };
+        let resumption = Resumption {
+            run,
             next_sequence: emitter.next_sequence(),
-            resumed: true,
             stream: false,
             decisions: Vec::new(),
-            prior_usage,
-            admission: None,
         };
-        self.launch(prepared, launch);
+        self.resume(loaded, resumption).await?;
         Ok(())
     }
+}
+
+/// The log first: what was open when the run's instance stopped is closed, incomplete.
+async fn close_open_items(emitter: &mut EventEmitter, output: &mut [Item], open: BTreeSet<usize>) {
+    for index in open {
+        if let Some(item) = output.get_mut(index) {
+            *item.status_mut() = Some(ItemStatus::Incomplete);
+            let event = Event::OutputItemDone {
+                output_index: index,
+                item: item.clone(),
+            };
+            emitter.emit(event).await;
+        }
+    }
+}
+
+/// Then the transcript: dispatched calls take their logged result, or are reported
+/// interrupted (shown in the log if they were not). Returns how many were interrupted.
+async fn settle_calls(
+    emitter: &mut EventEmitter,
+    output: &mut Vec<Item>,
+    transcript: &mut [Entry],
+) -> usize {
+    let logged: HashMap<String, Item> = output
+        .iter()
+        .filter(|item| {
+            matches!(item, Item::McpCall(c) if matches!(c.status, Some(ItemStatus::Completed | ItemStatus::Failed)))
+        })
+        .map(|item| (item.id().to_string(), item.clone()))
+        .collect();
+    let mut interrupted = 0;
+    for entry in transcript.iter_mut() {
+        let Entry::Item(item) = entry else { continue };
+        let Item::McpCall(call) = item else { continue };
+        if call.status != Some(ItemStatus::InProgress) {
+            continue;
+        }
+        if let Some(result) = logged.get(&call.id) {
+            *item = result.clone();
+            continue;
+        }
+        interrupted += 1;
+        call.status = Some(ItemStatus::Failed);
+        call.error = Some(json!({"type": "mcp_tool_execution_error", "content": INTERRUPTED}));
+        let failed = Item::McpCall(call.clone());
+        match output.iter().position(|o| o.id() == call.id) {
+            // Shown before the crash: its item now says why it failed.
+            Some(index) => output[index] = failed,
+            None => {
+                let output_index = output.len();
+                output.push(failed.clone());
+                emitter
+                    .emit(Event::OutputItemAdded {
+                        output_index,
+                        item: failed.clone(),
+                    })
+                    .await;
+                emitter
+                    .emit(Event::OutputItemDone {
+                        output_index,
+                        item: failed,
+                    })
+                    .await;
+            }
+        }
+    }
+    interrupted
+}
+
+/// Tool servers announced before the first checkpoint are not announced again.
+fn keep_announcements(output: &[Item], transcript: &mut Vec<Entry>) {
+    let announced: Vec<Entry> = output
+        .iter()
+        .filter(|item| {
+            matches!(item, Item::McpListTools(l) if l.status == Some(ItemStatus::Completed))
+                && !transcript
+                    .iter()
+                    .filter_map(Entry::item)
+                    .any(|seen| seen.id() == item.id())
+        })
+        .cloned()
+        .map(Entry::Item)
+        .collect();
+    transcript.splice(0..0, announced);
 }

@@ -1,82 +1,55 @@
 //! Persistence of runs, their input items and their event logs. `RunStore` is the only way
-//! anything reaches the database; SQLite and PostgreSQL implement it with the same SQL.
+//! anything reaches the database; `sqlite.rs` and `postgres.rs` implement it with the SQL text
+//! and row types of `sql.rs`, and the same policy for failed batches (`batch.rs`).
+//!
+//! Two rules hold on both backends, whoever calls:
+//! * a run's state and lease change only through a [`Transition`] of the table in `state.rs`,
+//!   each a compare-and-set;
+//! * a run's events are appended only by the holder of its lease, or together with the change
+//!   that ends it (its closing events commit with its final state, or not at all).
 
+mod batch;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
+pub mod state;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-pub use crate::protocol::events::EventRecord;
+use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
 use crate::protocol::response::ResponseObject;
 use crate::protocol::transcript::Entry;
+use crate::time::UnixMillis;
+pub use state::{Guard, LeaseAfter, RunState, Transition};
 
 /// The tenant every row belongs to until API keys arrive.
 pub const DEFAULT_TENANT: &str = "default";
 
-/// The persisted state of a run (SPEC §3). The allowed transitions live in `engine::state`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RunState {
-    Queued,
-    InProgress,
-    RequiresAction,
-    Completed,
-    Failed,
-    Incomplete,
-    Cancelled,
-    Expired,
+/// Which database a store keeps its data in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
 }
 
-impl RunState {
-    pub const ALL: [RunState; 8] = [
-        RunState::Queued,
-        RunState::InProgress,
-        RunState::RequiresAction,
-        RunState::Completed,
-        RunState::Failed,
-        RunState::Incomplete,
-        RunState::Cancelled,
-        RunState::Expired,
-    ];
-
+impl Backend {
     pub fn as_str(self) -> &'static str {
         match self {
-            RunState::Queued => "queued",
-            RunState::InProgress => "in_progress",
-            RunState::RequiresAction => "requires_action",
-            RunState::Completed => "completed",
-            RunState::Failed => "failed",
-            RunState::Incomplete => "incomplete",
-            RunState::Cancelled => "cancelled",
-            RunState::Expired => "expired",
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
         }
-    }
-
-    pub fn parse(text: &str) -> Option<RunState> {
-        RunState::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-
-    /// A state the run never leaves.
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            RunState::Completed
-                | RunState::Failed
-                | RunState::Incomplete
-                | RunState::Cancelled
-                | RunState::Expired
-        )
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("not found")]
     NotFound,
-    /// A compare-and-set found the run in another state.
+    /// A compare-and-set found the run in another state, or under another lease.
     #[error("conflict: the run is {actual:?}")]
     Conflict { actual: RunState },
     #[error("stored data is invalid: {0}")]
@@ -84,8 +57,19 @@ pub enum StoreError {
     /// Another request already holds this idempotency key.
     #[error("the idempotency key is taken")]
     KeyTaken,
+    /// The database cannot be reached or is overloaded: trying again later may work.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The database refused the statement or its data: trying it again will not help.
     #[error("database error: {0}")]
-    Database(String),
+    Rejected(String),
+}
+
+impl StoreError {
+    /// Whether the same write may succeed if tried again.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -95,8 +79,41 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
                 StoreError::Corrupt(e.to_string())
             }
-            other => StoreError::Database(other.to_string()),
+            sqlx::Error::Database(ref db) if !transient_code(db.code().as_deref()) => {
+                StoreError::Rejected(e.to_string())
+            }
+            sqlx::Error::Encode(_)
+            | sqlx::Error::TypeNotFound { .. }
+            | sqlx::Error::ColumnNotFound(_)
+            | sqlx::Error::ColumnIndexOutOfBounds { .. }
+            | sqlx::Error::Configuration(_)
+            | sqlx::Error::Migrate(_) => StoreError::Rejected(e.to_string()),
+            other => StoreError::Unavailable(other.to_string()),
         }
+    }
+}
+
+/// Database error codes that a retry may get past: PostgreSQL's connection failures (class
+/// 08), serialization failures and deadlocks (40), lack of resources (53) and an operator
+/// stopping the server (57), all five characters long; SQLite's busy and locked (5 and 6,
+/// with their extended codes in the high bits), shorter numbers.
+fn transient_code(code: Option<&str>) -> bool {
+    match code {
+        Some(code) if code.len() == 5 => ["08", "40", "53", "57"]
+            .iter()
+            .any(|class| code.starts_with(class)),
+        Some(code) => code.parse::<i32>().is_ok_and(|n| matches!(n & 0xff, 5 | 6)),
+        None => false,
+    }
+}
+
+/// A database cannot hold U+0000 in a text value (PostgreSQL refuses it): a key that holds one
+/// names nothing stored, so it is not looked up at all.
+fn findable(key: &str) -> Result<(), StoreError> {
+    if key.contains('\0') {
+        Err(StoreError::NotFound)
+    } else {
+        Ok(())
     }
 }
 
@@ -104,18 +121,25 @@ impl From<sqlx::Error> for StoreError {
 #[derive(Clone, Debug)]
 pub struct NewRun {
     pub tenant_id: String,
+    /// `queued` (held by nobody) or `in_progress` (held by the inserting instance).
     pub state: RunState,
     pub body: ResponseObject,
     pub input_items: Vec<Item>,
-    pub lease_owner: Option<String>,
-    pub lease_expires_at: Option<i64>,
-    pub now_ms: i64,
+    pub lease: Option<Lease>,
+    pub now: UnixMillis,
     /// The first events of the log, written in the same transaction (a queued run must not
     /// be claimable before they exist).
     pub initial_events: Vec<EventRecord>,
     /// The client's `Idempotency-Key`, recorded in the same transaction: `KeyTaken` if
     /// another request holds it.
     pub idempotency: Option<IdempotencyKey>,
+}
+
+/// Who executes a run, and until when that holds without renewal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub holder: String,
+    pub until: UnixMillis,
 }
 
 /// An `Idempotency-Key` and the hash of the request body it came with.
@@ -130,62 +154,112 @@ pub struct IdempotencyKey {
 pub struct IdempotentRequest {
     pub request_hash: String,
     pub response_id: String,
-    pub created_at: i64,
+    pub created_at: UnixMillis,
 }
 
-/// What a transition writes besides the state.
-#[derive(Clone, Debug)]
-pub struct RunUpdate<'a> {
-    pub body: &'a ResponseObject,
-    pub transcript: &'a [Entry],
-    /// Who executes the run from now on (`None`: nobody, it is stopped or waiting).
-    pub lease_owner: Option<&'a str>,
-    pub lease_expires_at: Option<i64>,
+/// Closing events of a change, numbered once it applied: the argument is the log's next
+/// sequence number.
+pub type ClosingEvents<'a> = &'a (dyn Fn(u64) -> Vec<EventRecord> + Send + Sync);
+
+/// One change of a run's state or lease (see [`RunStore::transition`]).
+#[derive(Clone, Copy)]
+pub struct Change<'a> {
+    pub id: &'a str,
+    pub transition: Transition,
+    /// The instance making the change: the lease holder it must be, or the one taking it.
+    pub caller: &'a str,
+    pub now: UnixMillis,
+    /// Until when the caller holds the lease, when the transition gives it one.
+    pub lease_until: UnixMillis,
+    /// The run's body from now on (`None`: unchanged).
+    pub body: Option<&'a ResponseObject>,
+    /// Its transcript from now on (`None`: unchanged).
+    pub transcript: Option<&'a [Entry]>,
     /// Until when a `requires_action` run waits.
-    pub expires_at: Option<i64>,
-    /// Input items appended after the existing ones, in the same transaction.
+    pub expires_at: Option<UnixMillis>,
+    /// Input items appended after the existing ones.
     pub append_input: &'a [Item],
-    /// The instance that must still hold the run's lease for the change to apply (the run's
-    /// own ending); `None` for changes made on the client's behalf.
-    pub expected_owner: Option<&'a str>,
-    pub now_ms: i64,
+    /// Events appended after the log's last, in the same transaction.
+    pub closing: Option<ClosingEvents<'a>>,
 }
 
-/// What the event writer commits together.
-#[derive(Default)]
+impl<'a> Change<'a> {
+    /// A change with nothing but the transition: body, transcript and log stay as they are.
+    pub fn new(id: &'a str, transition: Transition, caller: &'a str) -> Change<'a> {
+        Change {
+            id,
+            transition,
+            caller,
+            now: UnixMillis::now(),
+            lease_until: UnixMillis::now(),
+            body: None,
+            transcript: None,
+            expires_at: None,
+            append_input: &[],
+            closing: None,
+        }
+    }
+}
+
+/// A change that applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The sequence number the run's next event gets.
+    pub next_sequence: u64,
+}
+
+/// What the event writer commits together, in one transaction.
 pub struct WriteBatch<'a> {
+    /// The instance writing. Events of a run it does not hold are not written (see
+    /// [`BatchOutcome::lost`]): an instance that lost a run can never write to it.
+    pub holder: &'a str,
     pub runs: Vec<&'a NewRun>,
     pub events: &'a [EventRecord],
     pub endings: Vec<&'a RunEnding>,
 }
 
-/// A run's own ending: from `in_progress` to `to`, only while `owner` holds its lease.
+impl WriteBatch<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty() && self.events.is_empty() && self.endings.is_empty()
+    }
+}
+
+/// A run's own ending, by the holder of its lease: its final state (or its pause) and its
+/// closing events commit together or not at all.
 #[derive(Clone, Debug)]
 pub struct RunEnding {
     pub id: String,
-    pub to: RunState,
+    /// From `in_progress`, under the writer's lease.
+    pub transition: Transition,
     pub body: ResponseObject,
     pub transcript: Vec<Entry>,
     /// Until when a `requires_action` run waits.
-    pub expires_at: Option<i64>,
-    pub owner: String,
-    pub now_ms: i64,
+    pub expires_at: Option<UnixMillis>,
+    pub now: UnixMillis,
+    /// Its closing events (`response.completed`, …), numbered after everything it emitted.
+    pub events: Vec<EventRecord>,
 }
 
-impl RunEnding {
-    /// The same change as an update for [`RunStore::transition`].
-    pub fn update(&self) -> RunUpdate<'_> {
-        RunUpdate {
-            body: &self.body,
-            transcript: &self.transcript,
-            lease_owner: None,
-            lease_expires_at: None,
-            expires_at: self.expires_at,
-            append_input: &[],
-            expected_owner: Some(&self.owner),
-            now_ms: self.now_ms,
-        }
-    }
+/// What became of a batch.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// New runs that were not stored, and why (their events are not written either).
+    pub not_inserted: HashMap<String, StoreError>,
+    /// Runs whose events of this batch were not written, and why. Nothing of them after
+    /// that point may be written by this writer.
+    pub lost: HashMap<Arc<str>, Loss>,
+    /// Each ending's result, in the batch's order: `Conflict` when the run is no longer the
+    /// writer's to end.
+    pub endings: Vec<Result<(), StoreError>>,
+}
+
+/// Why a run's events were not written.
+#[derive(Clone, Debug)]
+pub enum Loss {
+    /// The writer does not hold the run's lease (any more): another instance executes it.
+    NotHeld,
+    /// The database refused them, or could not be reached.
+    Failed(StoreError),
 }
 
 /// A stored run.
@@ -197,68 +271,124 @@ pub struct StoredRun {
     /// Everything the model saw of the output (hidden tool calls included).
     pub transcript: Vec<Entry>,
     pub lease_owner: Option<String>,
-    pub lease_expires_at: Option<i64>,
-    pub expires_at: Option<i64>,
-    pub updated_at: i64,
+    pub lease_expires_at: Option<UnixMillis>,
+    pub expires_at: Option<UnixMillis>,
+    pub updated_at: UnixMillis,
+    /// A client asked to cancel the run while another instance executed it.
+    pub cancel_requested: bool,
 }
 
-/// One page of `input_items`.
-#[derive(Clone, Debug, Default)]
-pub struct ItemPage {
-    pub limit: u32,
-    pub descending: bool,
-    pub after: Option<String>,
+/// A checkpoint that was saved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saved {
+    /// A client asked to cancel the run (through another instance).
+    pub cancel_requested: bool,
 }
+
+/// Order of a page of input items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    Ascending,
+    Descending,
+}
+
+/// News from other instances sharing the database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notification {
+    /// Events of this run were appended.
+    Appended(String),
+    /// A client asked to cancel this run.
+    CancelRequested(String),
+}
+
+pub type NotificationStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Notification> + Send>>;
 
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
-    /// Which backend this is, for logs and health output.
-    fn backend(&self) -> &'static str;
+    fn backend(&self) -> Backend;
 
     /// Succeeds when the database answers and the migrations are applied.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Inserts a run and its input items in one transaction.
+    /// Inserts a run, its input items and first events in one transaction (with its
+    /// idempotency key: `KeyTaken` when another request holds it).
     async fn insert_run(&self, run: &NewRun) -> Result<(), StoreError>;
 
     async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, StoreError>;
 
-    /// Compare-and-set: moves the run from `from` to `to` and writes the update (appending
-    /// its input items) in one transaction, or reports `Conflict` with the state it found
-    /// (`NotFound` when there is no such run).
-    async fn transition(
-        &self,
-        id: &str,
-        from: RunState,
-        to: RunState,
-        update: &RunUpdate<'_>,
-    ) -> Result<(), StoreError>;
-
-    /// Runs waiting in `requires_action` whose `expires_at` is before `now_ms`.
-    async fn expired_runs(&self, now_ms: i64) -> Result<Vec<StoredRun>, StoreError>;
-
-    /// Appends events (any runs) in one transaction.
-    async fn append_events(&self, events: &[EventRecord]) -> Result<(), StoreError>;
-
-    /// The event writer's group commit, in one transaction: inserts runs (without idempotency
-    /// keys), appends events, then applies runs' endings. An ending whose compare-and-set
-    /// fails does not fail the batch: its own result says why.
-    async fn write_batch(
-        &self,
-        batch: &WriteBatch<'_>,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
-
     /// A run's state, or `None` when there is no such run.
     async fn state_of(&self, id: &str) -> Result<Option<RunState>, StoreError>;
 
-    /// Storage housekeeping beside the writes, until `stop` is cancelled (SQLite: copies its
-    /// log into the database off the writer's path). Returns at once when there is none.
-    async fn upkeep(&self, stop: tokio_util::sync::CancellationToken);
+    /// Changes a run's state or lease: a compare-and-set from `transition.from()` under its
+    /// guard, writing the change's body, transcript and expiry, appending its input items,
+    /// and then its closing events after the log's last, all in one transaction. `Conflict`
+    /// (with the state found) when the run is in another state or under another lease,
+    /// `NotFound` when there is no such run.
+    async fn transition(&self, change: &Change<'_>) -> Result<Applied, StoreError>;
 
-    /// Ids of runs whose events were just appended, by any instance sharing this database
-    /// (PostgreSQL `LISTEN`); `None` when the backend has no such channel (SQLite: one
-    /// process, whose own hub already knows).
-    async fn appended_events(&self) -> Result<Option<NotificationStream>, StoreError>;
+    /// The event writer's group commit: new runs, events (fenced by the writer's lease) and
+    /// runs' endings (with their closing events) in one transaction. A batch the database
+    /// refuses is written run by run, so that one run's bad row cannot lose the others';
+    /// a database that cannot be reached is tried again a few times first.
+    async fn write_batch(&self, batch: &WriteBatch<'_>) -> BatchOutcome;
+
+    /// Moves up to `limit` queued runs, oldest first, to `in_progress` under `lease` and
+    /// returns them. Concurrent claimers never get the same run.
+    async fn claim_queued(
+        &self,
+        lease: &Lease,
+        now: UnixMillis,
+        limit: u32,
+    ) -> Result<Vec<StoredRun>, StoreError>;
+
+    /// Takes over a running run whose lease ran out before `now` (or was handed over):
+    /// the run as it is now under `lease`, or `None` when someone else holds it.
+    async fn claim_stale(
+        &self,
+        id: &str,
+        lease: &Lease,
+        now: UnixMillis,
+    ) -> Result<Option<StoredRun>, StoreError>;
+
+    /// Saves a running run's progress, if `holder` still holds it (`Conflict` otherwise).
+    async fn checkpoint(
+        &self,
+        id: &str,
+        holder: &str,
+        body: &ResponseObject,
+        transcript: &[Entry],
+        now: UnixMillis,
+    ) -> Result<Saved, StoreError>;
+
+    /// Extends `holder`'s lease on those of `ids` it still holds; returns the ids among them
+    /// that a client asked to cancel.
+    async fn renew_leases(
+        &self,
+        holder: &str,
+        ids: &[&str],
+        until: UnixMillis,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// Lets go of every running run `holder` holds, for another instance to take over at
+    /// once (at shutdown); returns how many.
+    async fn release_leases(&self, holder: &str) -> Result<u64, StoreError>;
+
+    /// Records that a client asked to cancel a running run and tells its holder (PostgreSQL
+    /// `NOTIFY`; otherwise its next lease renewal or checkpoint finds it). `false` when the
+    /// run is not running.
+    async fn request_cancel(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: UnixMillis,
+    ) -> Result<bool, StoreError>;
+
+    /// Runs waiting in `requires_action` whose `expires_at` is before `now`.
+    async fn expired_runs(&self, now: UnixMillis) -> Result<Vec<StoredRun>, StoreError>;
+
+    /// Running runs whose lease ran out before `now`, or that nobody holds (handed over).
+    async fn stale_runs(&self, now: UnixMillis) -> Result<Vec<StoredRun>, StoreError>;
 
     /// A run's events with a sequence number above `after` (all with `None`), in order.
     async fn events_after(
@@ -268,64 +398,25 @@ pub trait RunStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<EventRecord>, StoreError>;
 
+    /// The highest sequence number in a run's event log.
+    async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError>;
+
     /// All input items of a run, in order.
     async fn input_items(&self, tenant_id: &str, id: &str) -> Result<Vec<Item>, StoreError>;
 
-    /// One page of a run's input items and whether more follow. `NotFound` when `after`
-    /// names no item of this run.
+    /// Up to `limit` input items after the one with id `after` (from the start without it),
+    /// and whether more follow. `NotFound` when `after` names no item of this run.
     async fn list_input_items(
         &self,
         tenant_id: &str,
         id: &str,
-        page: &ItemPage,
+        limit: u32,
+        order: Order,
+        after: Option<&str>,
     ) -> Result<(Vec<Item>, bool), StoreError>;
 
     /// Deletes a run with its items and events.
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
-
-    /// Moves up to `limit` queued runs, oldest first, to `in_progress` under `owner`'s lease
-    /// and returns them. Concurrent claimers never get the same run.
-    async fn claim_queued(
-        &self,
-        owner: &str,
-        lease_expires_at: i64,
-        now_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<StoredRun>, StoreError>;
-
-    /// Saves a running run's progress, if `owner` still holds it.
-    async fn checkpoint(
-        &self,
-        id: &str,
-        owner: &str,
-        body: &ResponseObject,
-        transcript: &[Entry],
-        now_ms: i64,
-    ) -> Result<(), StoreError>;
-
-    /// Extends the lease of every unfinished run held by `owner`; returns how many.
-    async fn renew_leases(&self, owner: &str, until_ms: i64) -> Result<u64, StoreError>;
-
-    /// In-progress runs not held by `exclude_owner` whose lease ran out before `now_ms`:
-    /// their instance is gone. (Queued runs are held by nobody and wait to be claimed.)
-    async fn stale_runs(
-        &self,
-        now_ms: i64,
-        exclude_owner: &str,
-    ) -> Result<Vec<StoredRun>, StoreError>;
-
-    /// Takes over a running run whose lease ran out before `now_ms`: `true` if this
-    /// instance (`owner`) now holds it.
-    async fn claim_stale(
-        &self,
-        id: &str,
-        owner: &str,
-        lease_expires_at: i64,
-        now_ms: i64,
-    ) -> Result<bool, StoreError>;
-
-    /// The highest sequence number in a run's event log.
-    async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError>;
 
     /// The run recorded for an idempotency key.
     async fn find_idempotent(
@@ -334,25 +425,23 @@ pub trait RunStore: Send + Sync + 'static {
         key: &str,
     ) -> Result<Option<IdempotentRequest>, StoreError>;
 
-    /// Deletes runs that stopped before `runs_before_ms` (with their items and events), and
-    /// idempotency keys recorded before `keys_before_ms`, oldest first, in transactions of
+    /// Deletes runs that stopped before `runs_before` (with their items and events), and
+    /// idempotency keys recorded before `keys_before`, oldest first, in transactions of
     /// bounded size. Returns how many runs and keys went.
     async fn prune(
         &self,
-        runs_before_ms: i64,
-        keys_before_ms: i64,
+        runs_before: UnixMillis,
+        keys_before: UnixMillis,
     ) -> Result<(u64, u64), StoreError>;
 
-    /// Runs in one of `states` whose lease is held by `owner`.
-    async fn runs_owned_by(
-        &self,
-        owner: &str,
-        states: &[RunState],
-    ) -> Result<Vec<StoredRun>, StoreError>;
-}
+    /// News from other instances sharing this database (PostgreSQL `LISTEN`); `None` when
+    /// the backend has no such channel (SQLite: one process).
+    async fn notifications(&self) -> Result<Option<NotificationStream>, StoreError>;
 
-/// Response ids, as announced when their events are appended.
-pub type NotificationStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = String> + Send>>;
+    /// Storage housekeeping beside the writes, until `stop` is cancelled (SQLite: copies its
+    /// log into the database off the writer's path). Returns at once when there is none.
+    async fn upkeep(&self, stop: tokio_util::sync::CancellationToken);
+}
 
 /// Opens the store named by the URL's scheme and applies its migrations.
 pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn RunStore>, StoreError> {
@@ -365,7 +454,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn RunStore
             postgres::PostgresStore::connect(url, max_connections).await?,
         ))
     } else {
-        Err(StoreError::Database(format!(
+        Err(StoreError::Rejected(format!(
             "unsupported database URL scheme in {url:?}"
         )))
     }

@@ -6,20 +6,36 @@
 //! p99 latency 3–10× worse than queueing the writes here. Reads have a pool of their own.
 //!
 //! The log is copied into the database beside the writer, not by it (see `upkeep`).
+//!
+//! One instance serves a file ([`InstanceLock`]): leases between processes on one machine would
+//! buy nothing, and two instances would take over each other's live runs.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, SqliteConnection, SqlitePool};
+use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::StoreError;
-use super::sql::impl_run_store;
+use super::batch::{self, Commit};
+use super::sql::{self, INSERT_CHUNK, ItemRow, RunRow};
+use super::{
+    Applied, Backend, BatchOutcome, Change, EventRecord, IdempotentRequest, Lease, LeaseAfter,
+    Loss, NewRun, NotificationStream, Order, RunStore, Saved, StoreError, StoredRun, Transition,
+    WriteBatch, findable,
+};
+use crate::protocol::items::Item;
+use crate::protocol::response::ResponseObject;
+use crate::protocol::transcript::Entry;
+use crate::time::UnixMillis;
 
 pub struct SqliteStore {
     /// The one writing connection, outside any pool: a pool pings a connection on its worker
@@ -53,25 +69,101 @@ const WRITER_CHECKPOINT_PAGES: u32 = 10_000;
 /// once.
 const CHECKPOINT_DELAY: Duration = Duration::from_millis(25);
 
+/// Columns of an appended event, in the order `insert_events` binds them.
+const EVENT_COLUMNS: &str = "INSERT INTO response_events (response_id, sequence_number, tenant_id, event_type, data, created_at) ";
+
+/// The serving instance's claim on a database file: an exclusive lock on `<file>-lock`, held
+/// for as long as the instance serves and released by the kernel however the process ends.
+pub struct InstanceLock {
+    _file: File,
+}
+
+impl InstanceLock {
+    /// Takes the lock of the database at `url`; `None` for an in-memory database. Fails with
+    /// a message saying why when another instance holds it.
+    pub fn acquire(url: &str) -> Result<Option<InstanceLock>, StoreError> {
+        let options = options(url)?;
+        let database = options.get_filename();
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Ok(None);
+        }
+        create_folder(database)?;
+        let mut path = PathBuf::from(database).into_os_string();
+        path.push("-lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                StoreError::Unavailable(format!("cannot open {}: {e}", Path::new(&path).display()))
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(InstanceLock { _file: file })),
+            Err(TryLockError::WouldBlock) => Err(StoreError::Rejected(format!(
+                "the SQLite database {} is in use by another switchyard instance (it holds {}); \
+                 one instance serves an SQLite file: stop the other one, or use PostgreSQL to \
+                 run several",
+                database.display(),
+                Path::new(&path).display()
+            ))),
+            Err(TryLockError::Error(e)) => Err(StoreError::Unavailable(format!(
+                "cannot lock {}: {e}",
+                Path::new(&path).display()
+            ))),
+        }
+    }
+}
+
+/// An input item's row.
+struct InputRow<'a> {
+    response_id: &'a str,
+    tenant_id: &'a str,
+    position: i64,
+    item: &'a Item,
+}
+
+/// An event's values, in the order of `EVENT_COLUMNS`.
+fn event_row<'args>(
+    mut row: sqlx::query_builder::Separated<'_, 'args, Sqlite, &'static str>,
+    event: &'args EventRecord,
+) {
+    row.push_bind(&*event.response_id)
+        .push_bind(event.sequence_number as i64)
+        .push_bind(&*event.tenant_id)
+        .push_bind(&*event.event_type)
+        .push_bind(&*event.data)
+        .push_bind(event.created_at);
+}
+
+fn options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
+    SqliteConnectOptions::from_str(url)
+        .map_err(|e| StoreError::Rejected(format!("invalid SQLite URL {url:?}: {e}")))
+}
+
+fn create_folder(database: &Path) -> Result<(), StoreError> {
+    match database.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StoreError::Unavailable(format!("cannot create {}: {e}", parent.display()))
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 impl SqliteStore {
     const MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
     pub async fn connect(url: &str, max_connections: u32) -> Result<SqliteStore, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Database(format!("invalid SQLite URL {url:?}: {e}")))?
+        let options = options(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             // With WAL, NORMAL loses no committed data on a process crash (only on power loss).
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        if let Some(parent) = Path::new(options.get_filename()).parent()
-            && !parent.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StoreError::Database(format!("cannot create {}: {e}", parent.display()))
-            })?;
-        }
+        create_folder(options.get_filename())?;
         let mut writer = options
             .clone()
             .pragma("wal_autocheckpoint", WRITER_CHECKPOINT_PAGES.to_string())
@@ -80,7 +172,7 @@ impl SqliteStore {
         Self::MIGRATOR
             .run(&mut writer)
             .await
-            .map_err(|e| StoreError::Database(format!("migrations failed: {e}")))?;
+            .map_err(|e| StoreError::Rejected(format!("migrations failed: {e}")))?;
         // Each statement is a round trip to the connection's worker thread; the pool's check
         // before handing a connection out would add one more, and an in-process connection
         // cannot go stale.
@@ -98,91 +190,199 @@ impl SqliteStore {
     }
 
     /// The writing connection, waited for (one write at a time).
-    async fn writes(&self) -> Result<tokio::sync::MutexGuard<'_, SqliteConnection>, StoreError> {
+    async fn writes(&self) -> tokio::sync::MutexGuard<'_, SqliteConnection> {
         self.log.written.notify_one();
-        Ok(self.writer.lock().await)
+        self.writer.lock().await
     }
 
-    fn reads(&self) -> &SqlitePool {
-        &self.readers
-    }
-
-    /// Inserts runs and their input items inside a transaction, several rows per statement.
-    async fn insert_run_rows(
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-        runs: &[&super::NewRun],
-    ) -> Result<(), StoreError> {
-        use sqlx::types::Json;
+    /// Inserts runs with their input items and first events, several rows per statement.
+    async fn insert_runs(conn: &mut SqliteConnection, runs: &[&NewRun]) -> Result<(), StoreError> {
         // Ten columns a row: chunks stay under SQLite's parameter limit.
-        for chunk in runs.chunks(super::sql::INSERT_CHUNK / 2) {
-            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        for chunk in runs.chunks(INSERT_CHUNK / 2) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
                  created_at, updated_at, lease_owner, lease_expires_at, body) ",
             );
-            insert.push_values(chunk, |mut row, run| {
+            let bodies = chunk
+                .iter()
+                .map(|run| sql::to_json(&run.body))
+                .collect::<Result<Vec<_>, _>>()?;
+            insert.push_values(chunk.iter().zip(bodies), |mut row, (run, body)| {
                 row.push_bind(&run.body.id)
                     .push_bind(&run.tenant_id)
                     .push_bind(run.state.as_str())
                     .push_bind(&run.body.previous_response_id)
                     .push_bind(run.body.store)
-                    .push_bind(run.now_ms)
-                    .push_bind(run.now_ms)
-                    .push_bind(&run.lease_owner)
-                    .push_bind(run.lease_expires_at)
-                    .push_bind(Json(&run.body));
+                    .push_bind(run.now)
+                    .push_bind(run.now)
+                    .push_bind(run.lease.as_ref().map(|l| l.holder.as_str()))
+                    .push_bind(run.lease.as_ref().map(|l| l.until))
+                    .push_bind(body);
             });
-            insert.build().execute(&mut **tx).await?;
+            insert.build().execute(&mut *conn).await?;
         }
-        let items: Vec<(&super::NewRun, usize, &crate::protocol::items::Item)> = runs
+        let items: Vec<InputRow> = runs
             .iter()
             .flat_map(|run| {
-                run.input_items
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, item)| (*run, i, item))
+                let positions = 0..;
+                positions
+                    .zip(&run.input_items)
+                    .map(|(position, item)| InputRow {
+                        response_id: &run.body.id,
+                        tenant_id: &run.tenant_id,
+                        position,
+                        item,
+                    })
             })
             .collect();
-        for chunk in items.chunks(super::sql::INSERT_CHUNK) {
-            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
-            );
-            insert.push_values(chunk, |mut row, (run, position, item)| {
-                row.push_bind(&run.body.id)
-                    .push_bind(*position as i64)
-                    .push_bind(&run.tenant_id)
-                    .push_bind(item.id())
-                    .push_bind(Json(*item));
-            });
-            insert.build().execute(&mut **tx).await?;
-        }
-        Ok(())
+        Self::insert_items(conn, &items).await?;
+        let first: Vec<EventRecord> = runs
+            .iter()
+            .flat_map(|run| run.initial_events.iter().cloned())
+            .collect();
+        Self::insert_events(conn, &first, None).await.map(|_| ())
     }
 
-    /// Appends events, several rows per statement (in chunks under the parameter limit).
-    async fn insert_events(
+    /// Inserts input items, several rows per statement.
+    async fn insert_items(
         conn: &mut SqliteConnection,
-        events: &[super::EventRecord],
+        items: &[InputRow<'_>],
     ) -> Result<(), StoreError> {
-        for chunk in events.chunks(super::sql::INSERT_CHUNK) {
-            let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "INSERT INTO response_events \
-                 (response_id, sequence_number, tenant_id, event_type, data, created_at) ",
+        for chunk in items.chunks(INSERT_CHUNK) {
+            let texts = chunk
+                .iter()
+                .map(|row| sql::to_json(row.item))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO input_items (response_id, position, tenant_id, item_id, item) ",
             );
-            insert.push_values(chunk, |mut row, event| {
-                row.push_bind(&*event.response_id)
-                    .push_bind(event.sequence_number as i64)
-                    .push_bind(&*event.tenant_id)
-                    .push_bind(&*event.event_type)
-                    .push_bind(&*event.data)
-                    .push_bind(event.created_at);
+            insert.push_values(chunk.iter().zip(texts), |mut row, (input, text)| {
+                row.push_bind(input.response_id)
+                    .push_bind(input.position)
+                    .push_bind(input.tenant_id)
+                    .push_bind(input.item.id())
+                    .push_bind(text);
             });
             insert.build().execute(&mut *conn).await?;
         }
         Ok(())
     }
-}
 
-impl SqliteStore {
+    /// Appends events, several rows per statement (in chunks under the parameter limit).
+    /// With a `holder`, only events of runs running under its lease are written (checked
+    /// row by row through the primary key); returns how many were.
+    async fn insert_events(
+        conn: &mut SqliteConnection,
+        events: &[EventRecord],
+        holder: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let mut written = 0;
+        for chunk in events.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(EVENT_COLUMNS);
+            match holder {
+                None => {
+                    insert.push_values(chunk, event_row);
+                }
+                Some(holder) => {
+                    insert
+                        .push("SELECT column1, column2, column3, column4, column5, column6 FROM (");
+                    insert.push_values(chunk, event_row);
+                    insert.push(
+                        ") WHERE EXISTS (SELECT 1 FROM responses WHERE id = column1 \
+                         AND state = 'in_progress' AND lease_owner = ",
+                    );
+                    insert.push_bind(holder);
+                    insert.push(")");
+                }
+            }
+            written += insert.build().execute(&mut *conn).await?.rows_affected();
+        }
+        Ok(written)
+    }
+
+    /// Events of runs `holder` no longer runs, after a fenced insert wrote fewer than all.
+    async fn not_held(
+        conn: &mut SqliteConnection,
+        events: &[EventRecord],
+        holder: &str,
+    ) -> Result<HashMap<Arc<str>, Loss>, StoreError> {
+        let mut ids: Vec<&Arc<str>> = events.iter().map(|e| &e.response_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut lost = HashMap::new();
+        for id in ids {
+            let held: Option<i64> = sqlx::query_scalar(
+                "SELECT 1 FROM responses WHERE id = $1 AND state = 'in_progress' \
+                 AND lease_owner = $2",
+            )
+            .bind(&**id)
+            .bind(holder)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if held.is_none() {
+                lost.insert(id.clone(), Loss::NotHeld);
+            }
+        }
+        Ok(lost)
+    }
+
+    /// A transition's compare-and-set on `conn`. The outer error is the database's; the
+    /// inner one says why the change did not apply: `NotFound`, or `Conflict` with the
+    /// run's state.
+    async fn compare_and_set(
+        conn: &mut SqliteConnection,
+        change: &Change<'_>,
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        let t = change.transition;
+        let (holder, until) = match t.lease() {
+            LeaseAfter::Caller => (Some(change.caller), Some(change.lease_until)),
+            LeaseAfter::Nobody => (None, None),
+        };
+        let body = change.body.map(sql::to_json).transpose()?;
+        let transcript = change.transcript.map(|t| sql::to_json(&t)).transpose()?;
+        let updated = sqlx::query(sql::COMPARE_AND_SET)
+            .bind(t.to().as_str())
+            .bind(body)
+            .bind(transcript)
+            .bind(change.now)
+            .bind(holder)
+            .bind(until)
+            .bind(change.expires_at)
+            .bind(t.to().is_final().then_some(change.now))
+            .bind(change.id)
+            .bind(t.from().as_str())
+            .bind(sql::guard_name(t.guard()))
+            .bind(change.caller)
+            .bind(change.now)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if updated == 1 {
+            return Ok(Ok(()));
+        }
+        let state: Option<String> = sqlx::query_scalar(sql::STATE_OF)
+            .bind(change.id)
+            .fetch_optional(&mut *conn)
+            .await?;
+        Ok(Err(match state {
+            None => StoreError::NotFound,
+            Some(state) => StoreError::Conflict {
+                actual: sql::parse_state(&state)?,
+            },
+        }))
+    }
+
+    async fn last_sequence(
+        conn: &mut SqliteConnection,
+        id: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let last: Option<i64> = sqlx::query_scalar(sql::LAST_SEQUENCE_NUMBER)
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(sql::sequence(last))
+    }
+
     /// Copies the log into the database on a connection of its own, until `stop`.
     ///
     /// SQLite's default is for the writing connection to do it after a commit, every 1,000
@@ -190,7 +390,7 @@ impl SqliteStore {
     /// which no event is committed (measured: most of the p99 of the first text delta at 500
     /// runs/s). Copying beside the writer leaves it one short step (`before_write`) to let the
     /// log start over.
-    async fn upkeep(&self, stop: CancellationToken) {
+    async fn copy_log(&self, stop: CancellationToken) {
         let mut conn = match self.options.connect().await {
             Ok(conn) => conn,
             Err(e) => {
@@ -220,12 +420,12 @@ impl SqliteStore {
                 Err(e) => tracing::warn!(error = %e, "SQLite checkpoint failed"),
             }
         }
-        let _ = sqlx::Connection::close(conn).await;
+        let _ = conn.close().await;
     }
 
     /// Before a batch: when the checkpointer asked, copies the little the log gained since
     /// its last pass, so that the batch's write starts the log over instead of lengthening it.
-    async fn before_write(&self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
+    async fn before_write(&self, conn: &mut SqliteConnection) -> Result<(), StoreError> {
         if self.log.restart.swap(false, Ordering::Relaxed) {
             sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
                 .execute(&mut *conn)
@@ -233,60 +433,470 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
 
-    /// The event writer's batch, as a transaction: new runs, events, then the endings'
-    /// compare-and-sets one by one. Each statement is a round trip to the connection's worker
-    /// thread, not over a network.
-    async fn commit_batch(
-        &self,
-        batch: &super::WriteBatch<'_>,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let mut conn = self.writes().await?;
+#[async_trait]
+impl Commit for SqliteStore {
+    /// The batch as a transaction: new runs, events (fenced), then the endings'
+    /// compare-and-sets one by one, each with its closing events. Each statement is a round
+    /// trip to the connection's worker thread, not over a network.
+    async fn commit(&self, batch: &WriteBatch<'_>) -> Result<BatchOutcome, StoreError> {
+        let mut conn = self.writes().await;
         self.before_write(&mut conn).await?;
+        let mut outcome = BatchOutcome::default();
         // Only events, the most common batch: one statement is atomic without a transaction,
         // one round trip to the worker thread instead of three.
-        if batch.runs.is_empty()
-            && batch.endings.is_empty()
-            && batch.events.len() <= super::sql::INSERT_CHUNK
-        {
-            Self::insert_events(&mut conn, batch.events).await?;
-            return Ok(Vec::new());
+        if batch.runs.is_empty() && batch.endings.is_empty() && batch.events.len() <= INSERT_CHUNK {
+            let written = Self::insert_events(&mut conn, batch.events, Some(batch.holder)).await?;
+            if written < batch.events.len() as u64 {
+                outcome.lost = Self::not_held(&mut conn, batch.events, batch.holder).await?;
+            }
+            return Ok(outcome);
         }
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let mut tx = conn.begin().await?;
         Self::insert_runs(&mut tx, &batch.runs).await?;
-        Self::insert_events(&mut tx, batch.events).await?;
-        let mut results = Vec::with_capacity(batch.endings.len());
+        let written = Self::insert_events(&mut tx, batch.events, Some(batch.holder)).await?;
+        if written < batch.events.len() as u64 {
+            outcome.lost = Self::not_held(&mut tx, batch.events, batch.holder).await?;
+        }
         for ending in &batch.endings {
-            let update = ending.update();
-            let from = super::RunState::InProgress;
-            let result = Self::compare_and_set(&mut tx, &ending.id, from, ending.to, &update);
-            results.push(result.await?);
+            let change = Change {
+                body: Some(&ending.body),
+                transcript: Some(&ending.transcript),
+                expires_at: ending.expires_at,
+                now: ending.now,
+                ..Change::new(&ending.id, ending.transition, batch.holder)
+            };
+            let result = Self::compare_and_set(&mut tx, &change).await?;
+            if result.is_ok() {
+                Self::insert_events(&mut tx, &ending.events, None).await?;
+            }
+            outcome.endings.push(result);
         }
         tx.commit().await?;
-        Ok(results)
-    }
-
-    /// Inserts runs with their input items and first events inside a transaction.
-    async fn insert_runs(
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-        runs: &[&super::NewRun],
-    ) -> Result<(), StoreError> {
-        Self::insert_run_rows(tx, runs).await?;
-        // Their first events, all in one go.
-        let events: Vec<super::EventRecord> = runs
-            .iter()
-            .flat_map(|run| run.initial_events.iter().cloned())
-            .collect();
-        Self::insert_events(tx, &events).await
-    }
-
-    async fn notifications(&self) -> Result<Option<super::NotificationStream>, StoreError> {
-        Ok(None)
+        Ok(outcome)
     }
 }
 
-// One process owns the file, so claiming needs no row locks.
-impl_run_store!(SqliteStore, sqlx::Sqlite, "sqlite", "");
+#[async_trait]
+impl RunStore for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let applied: i64 = sqlx::query_scalar(sql::APPLIED_MIGRATIONS)
+            .fetch_one(&self.readers)
+            .await?;
+        let expected = Self::MIGRATOR.iter().count() as i64;
+        if applied < expected {
+            return Err(StoreError::Unavailable(format!(
+                "{applied} of {expected} migrations applied"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn insert_run(&self, run: &NewRun) -> Result<(), StoreError> {
+        let mut conn = self.writes().await;
+        let mut tx = conn.begin().await?;
+        if let Some(idempotency) = &run.idempotency {
+            let recorded = sqlx::query(sql::INSERT_IDEMPOTENCY_KEY)
+                .bind(&run.tenant_id)
+                .bind(&idempotency.key)
+                .bind(&idempotency.request_hash)
+                .bind(&run.body.id)
+                .bind(run.now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if recorded == 0 {
+                return Err(StoreError::KeyTaken);
+            }
+        }
+        Self::insert_runs(&mut tx, &[run]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, StoreError> {
+        findable(id)?;
+        let row: Option<RunRow> = sqlx::query_as(sql::GET_RUN)
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(&self.readers)
+            .await?;
+        row.ok_or(StoreError::NotFound)?.try_into()
+    }
+
+    async fn state_of(&self, id: &str) -> Result<Option<super::RunState>, StoreError> {
+        if findable(id).is_err() {
+            return Ok(None);
+        }
+        let state: Option<String> = sqlx::query_scalar(sql::STATE_OF)
+            .bind(id)
+            .fetch_optional(&self.readers)
+            .await?;
+        state.map(|s| sql::parse_state(&s)).transpose()
+    }
+
+    async fn transition(&self, change: &Change<'_>) -> Result<Applied, StoreError> {
+        findable(change.id)?;
+        let mut conn = self.writes().await;
+        let mut tx = conn.begin().await?;
+        // The UPDATE comes first, so the transaction holds the write lock from the start.
+        Self::compare_and_set(&mut tx, change).await??;
+        if !change.append_input.is_empty() {
+            let (tenant_id, next): (String, i64) = sqlx::query_as(sql::NEXT_INPUT_POSITION)
+                .bind(change.id)
+                .fetch_one(&mut *tx)
+                .await?;
+            let items: Vec<InputRow> = (next..)
+                .zip(change.append_input)
+                .map(|(position, item)| InputRow {
+                    response_id: change.id,
+                    tenant_id: &tenant_id,
+                    position,
+                    item,
+                })
+                .collect();
+            Self::insert_items(&mut tx, &items).await?;
+        }
+        let next = Self::last_sequence(&mut tx, change.id)
+            .await?
+            .map_or(0, |n| n + 1);
+        let closing = change
+            .closing
+            .map(|render| render(next))
+            .unwrap_or_default();
+        Self::insert_events(&mut tx, &closing, None).await?;
+        tx.commit().await?;
+        Ok(Applied {
+            next_sequence: next + closing.len() as u64,
+        })
+    }
+
+    async fn write_batch(&self, batch: &WriteBatch<'_>) -> BatchOutcome {
+        batch::write(self, batch).await
+    }
+
+    async fn claim_queued(
+        &self,
+        lease: &Lease,
+        now: UnixMillis,
+        limit: u32,
+    ) -> Result<Vec<StoredRun>, StoreError> {
+        // One process owns the file: claiming needs no row locks.
+        let t = Transition::CLAIM;
+        let rows: Vec<RunRow> = sqlx::query_as(concat!(
+            "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
+             updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
+             ORDER BY created_at LIMIT $6) AND state = $5 AND lease_owner IS NULL RETURNING ",
+            sql::run_columns!()
+        ))
+        .bind(t.to().as_str())
+        .bind(&lease.holder)
+        .bind(lease.until)
+        .bind(now)
+        .bind(t.from().as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.writes().await)
+        .await?;
+        sql::runs(rows)
+    }
+
+    async fn claim_stale(
+        &self,
+        id: &str,
+        lease: &Lease,
+        now: UnixMillis,
+    ) -> Result<Option<StoredRun>, StoreError> {
+        findable(id)?;
+        let row: Option<RunRow> = sqlx::query_as(sql::CLAIM_STALE)
+            .bind(&lease.holder)
+            .bind(lease.until)
+            .bind(id)
+            .bind(Transition::TAKE_OVER.from().as_str())
+            .bind(now)
+            .fetch_optional(&mut *self.writes().await)
+            .await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &str,
+        holder: &str,
+        body: &ResponseObject,
+        transcript: &[Entry],
+        now: UnixMillis,
+    ) -> Result<Saved, StoreError> {
+        let (body, transcript) = (sql::to_json(body)?, sql::to_json(&transcript)?);
+        let saved: Option<Option<UnixMillis>> = sqlx::query_scalar(sql::CHECKPOINT)
+            .bind(body)
+            .bind(transcript)
+            .bind(now)
+            .bind(id)
+            .bind(holder)
+            .fetch_optional(&mut *self.writes().await)
+            .await?;
+        match saved {
+            Some(cancel) => Ok(Saved {
+                cancel_requested: cancel.is_some(),
+            }),
+            None => {
+                let actual = self.state_of(id).await?.ok_or(StoreError::NotFound)?;
+                Err(StoreError::Conflict { actual })
+            }
+        }
+    }
+
+    async fn renew_leases(
+        &self,
+        holder: &str,
+        ids: &[&str],
+        until: UnixMillis,
+    ) -> Result<Vec<String>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = sql::to_json(&ids)?;
+        let renewed: Vec<(String, Option<UnixMillis>)> = sqlx::query_as(
+            "UPDATE responses SET lease_expires_at = $1 WHERE lease_owner = $2 \
+             AND state = 'in_progress' AND id IN (SELECT value FROM json_each($3)) \
+             RETURNING id, cancel_requested_at",
+        )
+        .bind(until)
+        .bind(holder)
+        .bind(ids)
+        .fetch_all(&mut *self.writes().await)
+        .await?;
+        Ok(renewed
+            .into_iter()
+            .filter_map(|(id, cancel)| cancel.map(|_| id))
+            .collect())
+    }
+
+    async fn release_leases(&self, holder: &str) -> Result<u64, StoreError> {
+        Ok(sqlx::query(sql::RELEASE_LEASES)
+            .bind(holder)
+            .bind(Transition::HAND_OVER.from().as_str())
+            .execute(&mut *self.writes().await)
+            .await?
+            .rows_affected())
+    }
+
+    async fn request_cancel(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: UnixMillis,
+    ) -> Result<bool, StoreError> {
+        findable(id)?;
+        let marked = sqlx::query(sql::REQUEST_CANCEL)
+            .bind(now)
+            .bind(tenant_id)
+            .bind(id)
+            .execute(&mut *self.writes().await)
+            .await?
+            .rows_affected();
+        Ok(marked == 1)
+    }
+
+    async fn expired_runs(&self, now: UnixMillis) -> Result<Vec<StoredRun>, StoreError> {
+        let rows: Vec<RunRow> = sqlx::query_as(sql::EXPIRED_RUNS)
+            .bind(now)
+            .fetch_all(&self.readers)
+            .await?;
+        sql::runs(rows)
+    }
+
+    async fn stale_runs(&self, now: UnixMillis) -> Result<Vec<StoredRun>, StoreError> {
+        let rows: Vec<RunRow> = sqlx::query_as(sql::STALE_RUNS)
+            .bind(now)
+            .fetch_all(&self.readers)
+            .await?;
+        sql::runs(rows)
+    }
+
+    async fn events_after(
+        &self,
+        id: &str,
+        after: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        if findable(id).is_err() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<sql::EventRow> = sqlx::query_as(sql::EVENTS_AFTER)
+            .bind(id)
+            .bind(after.map_or(-1, |n| n as i64))
+            .bind(i64::from(limit))
+            .fetch_all(&self.readers)
+            .await?;
+        Ok(sql::events(rows))
+    }
+
+    async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError> {
+        if findable(id).is_err() {
+            return Ok(None);
+        }
+        let last: Option<i64> = sqlx::query_scalar(sql::LAST_SEQUENCE_NUMBER)
+            .bind(id)
+            .fetch_one(&self.readers)
+            .await?;
+        Ok(sql::sequence(last))
+    }
+
+    async fn input_items(&self, tenant_id: &str, id: &str) -> Result<Vec<Item>, StoreError> {
+        if findable(id).is_err() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<ItemRow> = sqlx::query_as(sql::INPUT_ITEMS)
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_all(&self.readers)
+            .await?;
+        sql::items(rows)
+    }
+
+    async fn list_input_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        limit: u32,
+        order: Order,
+        after: Option<&str>,
+    ) -> Result<(Vec<Item>, bool), StoreError> {
+        findable(id)?;
+        let position: Option<i64> = match after {
+            None => None,
+            Some(item_id) => {
+                findable(item_id)?;
+                Some(
+                    sqlx::query_scalar(sql::INPUT_ITEM_POSITION)
+                        .bind(tenant_id)
+                        .bind(id)
+                        .bind(item_id)
+                        .fetch_optional(&self.readers)
+                        .await?
+                        .ok_or(StoreError::NotFound)?,
+                )
+            }
+        };
+        let (query, from) = match order {
+            Order::Descending => (sql::INPUT_ITEMS_BEFORE, i64::MAX),
+            Order::Ascending => (sql::INPUT_ITEMS_AFTER, -1),
+        };
+        let rows: Vec<ItemRow> = sqlx::query_as(query)
+            .bind(tenant_id)
+            .bind(id)
+            .bind(position.unwrap_or(from))
+            .bind(i64::from(limit) + 1)
+            .fetch_all(&self.readers)
+            .await?;
+        let mut items = sql::items(rows)?;
+        let has_more = items.len() > limit as usize;
+        items.truncate(limit as usize);
+        Ok((items, has_more))
+    }
+
+    async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        findable(id)?;
+        let mut conn = self.writes().await;
+        let mut tx = conn.begin().await?;
+        let deleted = sqlx::query(sql::DELETE_RUN)
+            .bind(tenant_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if deleted == 0 {
+            return Err(StoreError::NotFound);
+        }
+        for statement in [sql::DELETE_INPUT_ITEMS, sql::DELETE_EVENTS] {
+            sqlx::query(statement).bind(id).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn find_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+    ) -> Result<Option<IdempotentRequest>, StoreError> {
+        if findable(key).is_err() {
+            return Ok(None);
+        }
+        let row: Option<sql::IdempotencyRow> = sqlx::query_as(sql::FIND_IDEMPOTENT)
+            .bind(tenant_id)
+            .bind(key)
+            .fetch_optional(&self.readers)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn prune(
+        &self,
+        runs_before: UnixMillis,
+        keys_before: UnixMillis,
+    ) -> Result<(u64, u64), StoreError> {
+        // A transaction per batch, so the writer's other work goes on between them however
+        // many runs are due.
+        let mut runs = 0;
+        loop {
+            let mut conn = self.writes().await;
+            let mut tx = conn.begin().await?;
+            let ids: Vec<String> = sqlx::query_scalar(sql::prune_runs!())
+                .bind(runs_before)
+                .bind(sql::PRUNE_BATCH)
+                .fetch_all(&mut *tx)
+                .await?;
+            if !ids.is_empty() {
+                for statement in [
+                    "DELETE FROM response_events WHERE response_id IN (",
+                    "DELETE FROM input_items WHERE response_id IN (",
+                ] {
+                    let mut delete = QueryBuilder::<Sqlite>::new(statement);
+                    let mut list = delete.separated(", ");
+                    for id in &ids {
+                        list.push_bind(id);
+                    }
+                    delete.push(")").build().execute(&mut *tx).await?;
+                }
+            }
+            tx.commit().await?;
+            runs += ids.len() as u64;
+            if (ids.len() as i64) < sql::PRUNE_BATCH {
+                break;
+            }
+        }
+        let mut keys = 0;
+        loop {
+            let deleted = sqlx::query(sql::PRUNE_KEYS)
+                .bind(keys_before)
+                .bind(sql::PRUNE_BATCH)
+                .execute(&mut *self.writes().await)
+                .await?
+                .rows_affected();
+            keys += deleted;
+            if (deleted as i64) < sql::PRUNE_BATCH {
+                break;
+            }
+        }
+        Ok((runs, keys))
+    }
+
+    async fn notifications(&self) -> Result<Option<NotificationStream>, StoreError> {
+        // One process: its own hub already knows everything.
+        Ok(None)
+    }
+
+    async fn upkeep(&self, stop: CancellationToken) {
+        self.copy_log(stop).await
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -294,7 +904,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::store::{EventRecord, RunStore, WriteBatch};
+    use crate::store::{EventRecord, RunState, RunStore, WriteBatch};
 
     #[tokio::test]
     async fn pruning_finds_old_runs_through_an_index_without_reading_every_stopped_run() {
@@ -304,18 +914,15 @@ mod tests {
             .await
             .unwrap();
         // Rows of (id, parent, notused, detail): the detail names each step.
-        let steps: Vec<String> = sqlx::query(concat!(
-            "EXPLAIN QUERY PLAN ",
-            crate::store::sql::prune_runs!()
-        ))
-        .bind(0i64)
-        .bind(1i64)
-        .fetch_all(&store.readers)
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| sqlx::Row::get::<String, _>(row, 3))
-        .collect();
+        let steps: Vec<String> = sqlx::query(concat!("EXPLAIN QUERY PLAN ", sql::prune_runs!()))
+            .bind(0i64)
+            .bind(1i64)
+            .fetch_all(&store.readers)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| sqlx::Row::get::<String, _>(row, 3))
+            .collect();
         assert!(
             steps
                 .iter()
@@ -326,6 +933,22 @@ mod tests {
             !steps.iter().any(|s| s.contains("TEMP B-TREE")),
             "{steps:?}"
         );
+    }
+
+    #[test]
+    fn a_second_instance_cannot_take_a_database_file_that_one_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/held.db", dir.path().display());
+        let first = InstanceLock::acquire(&url).unwrap();
+        assert!(first.is_some());
+        let second = InstanceLock::acquire(&url).err().unwrap().to_string();
+        assert!(
+            second.contains("in use by another switchyard instance"),
+            "{second}"
+        );
+        drop(first);
+        assert!(InstanceLock::acquire(&url).unwrap().is_some());
+        assert!(InstanceLock::acquire("sqlite::memory:").unwrap().is_none());
     }
 
     /// Bytes of log per page: the page and its frame header.
@@ -340,6 +963,32 @@ mod tests {
                 .await
                 .unwrap(),
         );
+        let run = NewRun {
+            tenant_id: "default".into(),
+            state: RunState::InProgress,
+            body: serde_json::from_value(serde_json::json!({
+                "id": "resp_log", "object": "response", "created_at": 1, "completed_at": null,
+                "status": "in_progress", "error": null, "incomplete_details": null,
+                "instructions": null, "model": "m", "output": [], "parallel_tool_calls": true,
+                "previous_response_id": null, "tools": [], "tool_choice": "auto",
+                "truncation": "disabled", "text": {}, "reasoning": {}, "temperature": null,
+                "top_p": null, "presence_penalty": null, "frequency_penalty": null,
+                "top_logprobs": 0, "max_output_tokens": null, "max_tool_calls": null,
+                "store": true, "background": false, "service_tier": null, "metadata": {},
+                "safety_identifier": null, "prompt_cache_key": null, "user": null,
+                "usage": null, "required_action": null
+            }))
+            .unwrap(),
+            input_items: Vec::new(),
+            lease: Some(Lease {
+                holder: "test".into(),
+                until: UnixMillis::MAX,
+            }),
+            now: UnixMillis::now(),
+            initial_events: Vec::new(),
+            idempotency: None,
+        };
+        store.insert_run(&run).await.unwrap();
         let stop = CancellationToken::new();
         let upkeep = tokio::spawn({
             let (store, stop) = (store.clone(), stop.clone());
@@ -365,10 +1014,13 @@ mod tests {
                 })
                 .collect();
             let batch = WriteBatch {
+                holder: "test",
+                runs: Vec::new(),
                 events: &events,
-                ..WriteBatch::default()
+                endings: Vec::new(),
             };
-            store.write_batch(&batch).await.unwrap();
+            let outcome = store.write_batch(&batch).await;
+            assert!(outcome.lost.is_empty());
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         stop.cancel();

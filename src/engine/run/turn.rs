@@ -1,0 +1,434 @@
+//! One model turn as it streams: text into a message, tool call chunks assembled by index.
+//! A client call is shown live while no other item is open; a server call starts as soon as
+//! its arguments are complete (once a checkpoint records it, unless it is read-only), and is
+//! shown after the turn, when its turn's calls are presented.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+
+use super::output::{LiveCall, OpenMessage};
+use super::{RunTask, upstream_ending};
+use crate::engine::executor::{ServerCall, TurnCalls};
+use crate::engine::lifecycle::Ending;
+use crate::engine::toolset::{Executor, ToolEntry};
+use crate::llm::{FinishReason, ModelEvent};
+use crate::protocol::ids;
+use crate::protocol::items::ItemStatus;
+use crate::protocol::response::CallKind;
+use crate::tools::registry::RegisteredTool;
+use crate::tools::{ToolContext, ToolErrorKind, ToolResult};
+
+/// A tool call while the model streams it.
+pub(super) struct StreamingCall {
+    call_id: String,
+    name: String,
+    arguments: String,
+    /// A client call streams live as its `function_call` item.
+    live: Option<LiveCall>,
+}
+
+/// What a model turn produced.
+pub(super) struct Turn {
+    pub finish: Option<FinishReason>,
+    /// Client calls emitted this turn (the run pauses for them).
+    pub client_calls: usize,
+    /// Approval requests emitted this turn (the run pauses for them too).
+    pub approvals: usize,
+    /// Calls accepted this turn, for `parallel_tool_calls: false`.
+    accepted: usize,
+    pub calls: TurnCalls,
+    /// Server calls dispatched but not started: they start once recorded (`start_saved`).
+    starting: Vec<(usize, Arc<RegisteredTool>, ToolContext)>,
+    /// A start of this turn was saved: every later start is saved too, so that a crash
+    /// finds the turn either not recorded (asked again) or with every call it started.
+    recorded: bool,
+}
+
+/// Calls by their index: chunks of several calls may interleave.
+type Calls = BTreeMap<u32, StreamingCall>;
+
+impl RunTask {
+    /// Streams one model turn: text and client calls live, server calls started as soon as
+    /// their arguments are complete. With `save_first`, the run's progress is checkpointed
+    /// while the request goes out.
+    pub(super) async fn model_turn(&mut self, save_first: bool) -> Result<Turn, Ending> {
+        let mut stream = Box::pin(self.start_turn(save_first)).await?;
+        let mut turn = Turn {
+            finish: None,
+            client_calls: 0,
+            approvals: 0,
+            accepted: 0,
+            calls: TurnCalls::new(self.tools.limits.max_concurrency),
+            starting: Vec::new(),
+            recorded: false,
+        };
+        let mut open: Option<OpenMessage> = None;
+        let mut calls = Calls::new();
+        loop {
+            let next = tokio::select! {
+                _ = self.place.control.token().cancelled() => {
+                    Box::pin(self.close_open(open.take(), &mut calls)).await;
+                    return Err(self.stop_ending());
+                }
+                next = stream.next() => next,
+            };
+            let Some(next) = next else { break };
+            match next {
+                Ok(ModelEvent::TextDelta(delta)) => {
+                    // Text after calls: the calls are complete.
+                    if !calls.is_empty() {
+                        Box::pin(self.finish_calls(&mut calls, &mut turn)).await;
+                    }
+                    let message = match &mut open {
+                        Some(message) => message,
+                        None => open.insert(Box::pin(self.out.open_message()).await),
+                    };
+                    let event = message.push(&delta);
+                    self.out.emitter.emit(event).await;
+                }
+                Ok(ModelEvent::ToolCallDelta {
+                    index,
+                    id,
+                    name,
+                    arguments,
+                }) => {
+                    if open.is_some() {
+                        Box::pin(self.out.close_message(open.take(), ItemStatus::Completed)).await;
+                    }
+                    Box::pin(self.call_delta(&mut calls, &mut turn, index, id, name, arguments))
+                        .await;
+                }
+                Ok(ModelEvent::Usage(usage)) => self.model.usage.add(&usage),
+                Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
+                // Reasoning text is not surfaced yet.
+                Ok(ModelEvent::ReasoningDelta(_)) => {}
+                Err(e) => {
+                    Box::pin(self.close_open(open.take(), &mut calls)).await;
+                    return Err(upstream_ending(e));
+                }
+            }
+        }
+        let status = match turn.finish {
+            Some(FinishReason::Length | FinishReason::ContentFilter) => ItemStatus::Incomplete,
+            _ => ItemStatus::Completed,
+        };
+        Box::pin(self.out.close_message(open.take(), status)).await;
+        Box::pin(self.finish_calls(&mut calls, &mut turn)).await;
+        Ok(turn)
+    }
+
+    /// Sends the turn's request; with `save_first` the run's progress is saved meanwhile.
+    /// A new run learns here, before it shows anything, whether its insert committed.
+    async fn start_turn(&mut self, save_first: bool) -> Result<crate::llm::ModelStream, Ending> {
+        let mut request = self.model.request.clone();
+        request.items = self.model.context.clone();
+        request.items.extend(self.out.transcript.iter().cloned());
+        let admission = self.start.admission.take();
+        let started = async {
+            tokio::select! {
+                _ = self.place.control.token().cancelled() => None,
+                started = self.model.client.stream(&request) => Some(started),
+            }
+        };
+        let saved = async { !save_first || self.checkpoint(None).await };
+        let (stored, saved, started) =
+            tokio::join!(super::Admission::settle(admission), saved, started);
+        if !stored || !saved {
+            return Err(Ending::Lost);
+        }
+        match started {
+            None => Err(self.stop_ending()),
+            Some(Ok(stream)) => Ok(stream),
+            Some(Err(e)) => Err(upstream_ending(e)),
+        }
+    }
+
+    /// Closes what the turn had open when it was cut short: its message and its live call.
+    async fn close_open(&mut self, open: Option<OpenMessage>, calls: &mut Calls) {
+        self.out.close_message(open, ItemStatus::Incomplete).await;
+        if let Some(index) = live_index(calls)
+            && let Some(call) = calls.remove(&index)
+            && let Some(live) = call.live
+        {
+            self.out
+                .close_function_call(
+                    live,
+                    call.call_id,
+                    call.name,
+                    call.arguments,
+                    ItemStatus::Incomplete,
+                )
+                .await;
+        }
+    }
+
+    /// A chunk of tool call `index`.
+    async fn call_delta(
+        &mut self,
+        calls: &mut Calls,
+        turn: &mut Turn,
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    ) {
+        let call = calls.entry(index).or_insert_with(|| StreamingCall {
+            call_id: id.unwrap_or_else(|| ids::new(ids::CALL)),
+            name: String::new(),
+            arguments: String::new(),
+            live: None,
+        });
+        if call.name.is_empty()
+            && let Some(name) = name
+        {
+            call.name = name;
+        }
+        call.arguments.push_str(&arguments);
+        if let Some(live) = call.live.clone()
+            && !arguments.is_empty()
+        {
+            self.out.function_arguments(&live, &arguments).await;
+        }
+        self.settle_calls(calls, Some(index), turn).await;
+    }
+
+    /// While the model streams: calls other than the one receiving chunks are complete once
+    /// their arguments parse as JSON; server calls among them start at once. A client
+    /// function call streams live as its `function_call` item while no other item is open.
+    async fn settle_calls(&mut self, calls: &mut Calls, streaming: Option<u32>, turn: &mut Turn) {
+        let live = live_index(calls);
+        let complete: Vec<u32> = calls
+            .iter()
+            .filter(|(index, call)| {
+                Some(**index) != streaming
+                    && arguments_complete(&call.arguments)
+                    // An item may not open while another is open.
+                    && (live.is_none() || live == Some(**index) || !self.emits_item(call))
+            })
+            .map(|(index, _)| *index)
+            .collect();
+        for index in complete {
+            if let Some(call) = calls.remove(&index) {
+                self.finish_call(call, turn).await;
+            }
+        }
+        self.start_saved(turn).await;
+        if calls.values().all(|c| c.live.is_none())
+            && self.accepts_call(turn)
+            && let Some(call) = calls.values_mut().find(|c| {
+                !c.name.is_empty() && self.client_kind(&c.name) == Some(CallKind::Function)
+            })
+        {
+            turn.accepted += 1;
+            let live = self
+                .out
+                .open_function_call(&call.call_id, &call.name, &call.arguments)
+                .await;
+            call.live = Some(live);
+        }
+    }
+
+    /// The end of the model's turn: every call is complete; the live one closes first.
+    async fn finish_calls(&mut self, calls: &mut Calls, turn: &mut Turn) {
+        if let Some(index) = live_index(calls)
+            && let Some(call) = calls.remove(&index)
+        {
+            self.finish_call(call, turn).await;
+        }
+        while let Some((_, call)) = calls.pop_first() {
+            self.finish_call(call, turn).await;
+        }
+        self.start_saved(turn).await;
+    }
+
+    /// A call's arguments are complete: a client call's item is closed (or emitted whole); a
+    /// server call starts executing, waits for approval, or is refused with the reason as
+    /// its result.
+    async fn finish_call(&mut self, mut call: StreamingCall, turn: &mut Turn) {
+        if let Some(live) = call.live.take() {
+            self.close_client_function(live, call, turn).await;
+            return;
+        }
+        let entry = self.tools.set.get(&call.name).cloned();
+        let server_call = self.server_call(&call, entry.as_ref());
+        if let Some(reason) = self.refusal(&call.name, entry.as_ref(), turn) {
+            turn.calls.refuse(server_call, reason);
+            return;
+        }
+        turn.accepted += 1;
+        let Some(entry) = entry else { return };
+        match (entry.executor, entry.needs_approval) {
+            (Executor::Client(CallKind::Function), _) => {
+                let live = self
+                    .out
+                    .open_function_call(&call.call_id, &call.name, &call.arguments)
+                    .await;
+                self.close_client_function(live, call, turn).await;
+            }
+            (Executor::Client(kind), _) => {
+                let shown = self
+                    .out
+                    .client_item(kind, &call.call_id, &call.name, &call.arguments)
+                    .await;
+                match shown {
+                    Ok(pending) => {
+                        self.waits.calls.push(pending);
+                        turn.client_calls += 1;
+                    }
+                    Err(reason) => {
+                        turn.calls.refuse(server_call, reason);
+                    }
+                }
+            }
+            (Executor::Server(_), true) => {
+                let request = self.out.approval_request(&server_call).await;
+                self.waits.approvals.push(request);
+                turn.approvals += 1;
+            }
+            (Executor::Server(tool), false) => {
+                self.tools.calls_used += 1;
+                let context = self.tool_context(call.call_id);
+                // Started once saved (`start_saved`).
+                let slot = turn.calls.add(server_call);
+                turn.starting.push((slot, tool, context));
+            }
+        }
+    }
+
+    /// Closes a client function call's item: the run will wait for its output.
+    async fn close_client_function(
+        &mut self,
+        live: LiveCall,
+        call: StreamingCall,
+        turn: &mut Turn,
+    ) {
+        let pending = self
+            .out
+            .close_function_call(
+                live,
+                call.call_id,
+                call.name,
+                call.arguments,
+                ItemStatus::Completed,
+            )
+            .await;
+        self.waits.calls.extend(pending);
+        turn.client_calls += 1;
+    }
+
+    /// The call as a server call, with its tool's options (the item it gets if it is one, or
+    /// if it is refused).
+    fn server_call(&self, call: &StreamingCall, entry: Option<&ToolEntry>) -> ServerCall {
+        ServerCall {
+            name: call.name.clone(),
+            server_label: entry
+                .and_then(|e| e.server_label.clone())
+                .unwrap_or_else(|| "switchyard".into()),
+            arguments: call.arguments.clone(),
+            options: match entry.map(|e| &e.executor) {
+                Some(Executor::Server(tool)) => tool.options.clone(),
+                _ => Default::default(),
+            },
+            approval_request_id: None,
+            item_id: ids::new(ids::MCP_CALL),
+        }
+    }
+
+    /// Why a call is not executed, if it is not: an unknown tool, one `tool_choice` leaves
+    /// out, a second call when `parallel_tool_calls` is false, the run's `max_tool_calls`.
+    fn refusal(&self, name: &str, entry: Option<&ToolEntry>, turn: &Turn) -> Option<String> {
+        let limits = &self.tools.limits;
+        match entry {
+            None => Some(format!(
+                "The tool '{name}' is not available in this request; use one of the tools you were given."
+            )),
+            Some(entry) if !entry.callable => Some(format!(
+                "The tool '{name}' is not allowed by this request's tool_choice."
+            )),
+            Some(_) if !self.accepts_call(turn) => Some(
+                "Only one tool call per turn is allowed (parallel_tool_calls is false); this call was not executed. Call it again on its own."
+                    .to_string(),
+            ),
+            Some(entry)
+                if matches!(entry.executor, Executor::Server(_))
+                    && !entry.needs_approval
+                    && limits.max_tool_calls.is_some_and(|max| self.tools.calls_used >= max) =>
+            {
+                Some(format!(
+                    "The limit of {} tool calls for this response is reached; this call was not executed.",
+                    limits.max_tool_calls.unwrap_or_default()
+                ))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Whether finishing this call puts an item on the stream now (client calls, approval
+    /// requests) rather than later (server calls are shown after the model's turn).
+    fn emits_item(&self, call: &StreamingCall) -> bool {
+        match self.tools.set.get(&call.name) {
+            Some(entry) if entry.callable => {
+                matches!(entry.executor, Executor::Client(_)) || entry.needs_approval
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether one more call may be accepted this turn (`parallel_tool_calls: false` allows
+    /// one).
+    fn accepts_call(&self, turn: &Turn) -> bool {
+        self.tools.limits.parallel_tool_calls || turn.accepted == 0
+    }
+
+    /// The item type of a callable client tool.
+    fn client_kind(&self, name: &str) -> Option<CallKind> {
+        match self.tools.set.get(name) {
+            Some(entry) if entry.callable => match entry.executor {
+                Executor::Client(kind) => Some(kind),
+                Executor::Server(_) => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Starts the server calls dispatched since the last start, once a checkpoint records
+    /// them: they have effects, and after a crash a recorded call is reported interrupted,
+    /// never run again. Calls that became complete together share one checkpoint. Calls of
+    /// read-only tools start at once while nothing of the turn is recorded: after a crash
+    /// the turn is asked again and they run again.
+    async fn start_saved(&mut self, turn: &mut Turn) {
+        if turn.starting.is_empty() {
+            return;
+        }
+        let starting = std::mem::take(&mut turn.starting);
+        let unrecorded =
+            !turn.recorded && starting.iter().all(|(_, tool, _)| tool.options.read_only);
+        turn.recorded |= !unrecorded;
+        if unrecorded || self.checkpoint(Some(&turn.calls)).await {
+            for (slot, tool, context) in starting {
+                turn.calls.run(slot, tool, context);
+            }
+        } else {
+            for (slot, ..) in starting {
+                let reason = "The run is executed elsewhere now; the call was not run here.";
+                turn.calls
+                    .fail(slot, ToolResult::failure(ToolErrorKind::Cancelled, reason));
+            }
+        }
+    }
+}
+
+/// The call streaming live, if one is.
+fn live_index(calls: &Calls) -> Option<u32> {
+    calls
+        .iter()
+        .find(|(_, c)| c.live.is_some())
+        .map(|(i, _)| *i)
+}
+
+/// Whether streamed arguments form a whole JSON value (a call with no arguments sends none).
+fn arguments_complete(arguments: &str) -> bool {
+    arguments.trim().is_empty() || serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
+}
