@@ -96,7 +96,7 @@ pub struct HttpToolConfig {
     pub headers: BTreeMap<String, String>,
     pub timeout_ms: Option<u64>,
     #[serde(default = "executed")]
-    pub kind: crate::tools::ToolKind,
+    pub kind: ToolKind,
     #[serde(default)]
     pub return_direct: bool,
     #[serde(default)]
@@ -114,8 +114,18 @@ fn post() -> String {
     "POST".into()
 }
 
-fn executed() -> crate::tools::ToolKind {
-    crate::tools::ToolKind::Executed
+fn executed() -> ToolKind {
+    ToolKind::Executed
+}
+
+/// Who executes a tool's calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// The service runs the handler.
+    Executed,
+    /// The model sees the tool, the client executes it (the run pauses for its output).
+    DefinitionOnly,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

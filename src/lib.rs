@@ -11,5 +11,6 @@ pub mod error;
 pub mod llm;
 pub mod protocol;
 pub mod store;
+pub mod telemetry;
 pub mod time;
 pub mod tools;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use switchyard::app::{Application, redact_url};
 use switchyard::config::Config;
+use switchyard::telemetry;
 
 #[derive(Parser)]
 #[command(
@@ -36,7 +37,8 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    // The only subscriber of the process: it cannot be installed already.
+    let _ = telemetry::init(telemetry::Sink::Stdout);
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -114,22 +116,5 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = interrupt => {}
         _ = terminate => {}
-    }
-}
-
-/// Logs to stdout; `RUST_LOG` filters (default `info`), `SWITCHYARD_LOG_FORMAT=json` for JSON.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let json = std::env::var("SWITCHYARD_LOG_FORMAT").is_ok_and(|v| v == "json");
-    // Colours only for a terminal: logs in files and containers stay plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

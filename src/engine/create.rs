@@ -24,7 +24,7 @@ use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{ResponseObject, ResponseStatus, Usage};
 use crate::protocol::tools::{parse_tool_choice, parse_tools};
 use crate::protocol::transcript::Entry;
-use crate::store::{IdempotencyKey, Lease, NewRun, RunState, StoreError};
+use crate::store::{IdempotencyKey, NewRun, RunState, StoreError};
 use crate::time::UnixMillis;
 
 /// What `prepare` resolves from a request.
@@ -112,48 +112,8 @@ impl Engine {
                 .enqueue(tenant_id, body, input, stream, idempotency)
                 .await;
         }
-        let now = UnixMillis::now();
-        let run = NewRun {
-            tenant_id: tenant_id.to_string(),
-            state: RunState::InProgress,
-            body: body.clone(),
-            input_items: input.clone(),
-            lease: Some(Lease {
-                holder: self.holder().to_string(),
-                until: now.plus(self.inner.settings.lease_ttl),
-            }),
-            now,
-            initial_events: Vec::new(),
-            idempotency: idempotency.clone(),
-        };
-        let queued = if run.idempotency.is_none() {
-            // Committed with the event writer's next batch, together with other runs; the
-            // run starts meanwhile (see `run::Admission`).
-            self.inner.hub.queue_insert(run).await.map(Some)
-        } else {
-            self.inner.store.insert_run(&run).await.map(|()| None)
-        };
-        let queued = match queued {
-            Ok(queued) => queued,
-            // A concurrent retry with the same key got there first: answer with its run.
-            Err(StoreError::KeyTaken) if idempotency.is_some() => {
-                let key = idempotency.as_ref().ok_or(StoreError::KeyTaken)?;
-                return match self.idempotent_run(tenant_id, key, stream).await? {
-                    Some(existing) => Ok(existing),
-                    None => Err(StoreError::KeyTaken.into()),
-                };
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let (admission, admitted) = match queued {
-            Some(inserted) => {
-                let (report, admitted) = oneshot::channel();
-                (Some(Admission { inserted, report }), Some(admitted))
-            }
-            None => (None, None),
-        };
         let mut context = history;
-        context.extend(input.into_iter().map(Entry::Item));
+        context.extend(input.iter().cloned().map(Entry::Item));
         let launch = Launch {
             tenant_id: tenant_id.to_string(),
             body,
@@ -164,18 +124,61 @@ impl Engine {
             stream,
             decisions,
             prior_usage: None,
-            admission,
+            admission: None,
             cancel_requested: false,
         };
+        self.start_new(prepared, launch, input, idempotency).await
+    }
+
+    /// Stores a new run and starts it. Without an idempotency key its insert goes with the
+    /// event writer's next batch, and the run starts meanwhile (see `run::Admission`).
+    async fn start_new(
+        &self,
+        prepared: Prepared,
+        mut launch: Launch,
+        input: Vec<Item>,
+        idempotency: Option<IdempotencyKey>,
+    ) -> Result<StartedRun, EngineError> {
+        let now = UnixMillis::now();
+        let tenant_id = launch.tenant_id.clone();
+        let run = NewRun {
+            tenant_id: tenant_id.clone(),
+            state: RunState::InProgress,
+            body: launch.body.clone(),
+            input_items: input,
+            lease: Some(self.lease(now)),
+            now,
+            initial_events: Vec::new(),
+            idempotency: idempotency.clone(),
+        };
+        let queued = match &run.idempotency {
+            None => self.inner.hub.queue_insert(run).await.map(Some),
+            Some(_) => self.inner.store.insert_run(&run).await.map(|()| None),
+        };
+        let queued = match queued {
+            Ok(queued) => queued,
+            // A concurrent retry with the same key got there first: answer with its run.
+            Err(StoreError::KeyTaken) if idempotency.is_some() => {
+                let key = idempotency.as_ref().ok_or(StoreError::KeyTaken)?;
+                return match self.idempotent_run(&tenant_id, key, launch.stream).await? {
+                    Some(existing) => Ok(existing),
+                    None => Err(StoreError::KeyTaken.into()),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(inserted) = queued else {
+            return Ok(self.launch(prepared, launch));
+        };
+        let (report, admitted) = oneshot::channel();
+        launch.admission = Some(Admission { inserted, report });
         let started = self.launch(prepared, launch);
-        if let Some(admitted) = admitted {
-            // The run's task reports whether its insert committed (it stops if not).
-            admitted.await.unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(
-                    "the run stopped before it was stored".into(),
-                ))
-            })?;
-        }
+        // The run's task reports whether its insert committed (it stops if not).
+        admitted.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the run stopped before it was stored".into(),
+            ))
+        })?;
         Ok(started)
     }
 
@@ -259,52 +262,15 @@ impl Engine {
             });
         let (done, outcome) = oneshot::channel();
         let stopped = self.inner.live.add(&id, control.clone());
-        let calls_used = launch
-            .transcript
-            .iter()
-            .filter(|entry| matches!(entry, Entry::Item(Item::McpCall(_))))
-            .count() as u64;
         let tenant_id: Arc<str> = Arc::from(launch.tenant_id.as_str());
-        let task = RunTask {
-            out: Output {
-                emitter: EventEmitter::new(
-                    self.inner.hub.clone(),
-                    response_id.clone(),
-                    tenant_id.clone(),
-                    launch.next_sequence,
-                ),
-                body: launch.body,
-                transcript: launch.transcript,
-            },
-            model: Model {
-                client: prepared.client,
-                request: prepared.model_request,
-                context: launch.context,
-                usage: launch.prior_usage.unwrap_or_default(),
-            },
-            tools: Tools {
-                set: prepared.tools,
-                limits: prepared.limits,
-                calls_used,
-            },
-            waits: Waits {
-                decisions: launch.decisions,
-                ..Waits::default()
-            },
-            place: Place {
-                store: self.inner.store.clone(),
-                tenant_id: launch.tenant_id,
-                holder: self.holder().to_string(),
-                live: live.clone(),
-                control,
-            },
-            start: Start {
-                resumed: launch.resumed,
-                listings: prepared.listings,
-                admission: launch.admission,
-            },
-            done: Some(done),
+        let place = Place {
+            store: self.inner.store.clone(),
+            tenant_id: launch.tenant_id.clone(),
+            holder: self.holder().to_string(),
+            live: live.clone(),
+            control,
         };
+        let task = self.task(prepared, launch, place, done);
         let engine = self.clone();
         // Boxed: an async block keeps a future it captures and awaits twice (as the captured
         // value and as the awaited state); a box makes the second copy a pointer.
@@ -325,6 +291,56 @@ impl Engine {
             events,
             outcome,
             immediate: None,
+        }
+    }
+
+    /// A run's task, from what it was prepared and launched with.
+    fn task(
+        &self,
+        prepared: Prepared,
+        launch: Launch,
+        place: Place,
+        done: oneshot::Sender<super::RunOutcome>,
+    ) -> RunTask {
+        let calls_used = launch
+            .transcript
+            .iter()
+            .filter(|entry| matches!(entry, Entry::Item(Item::McpCall(_))))
+            .count() as u64;
+        let emitter = EventEmitter::new(
+            self.inner.hub.clone(),
+            Arc::from(launch.body.id.as_str()),
+            Arc::from(launch.tenant_id.as_str()),
+            launch.next_sequence,
+        );
+        RunTask {
+            out: Output {
+                emitter,
+                body: launch.body,
+                transcript: launch.transcript,
+            },
+            model: Model {
+                client: prepared.client,
+                request: prepared.model_request,
+                context: launch.context,
+                usage: launch.prior_usage.unwrap_or_default(),
+            },
+            tools: Tools {
+                set: prepared.tools,
+                limits: prepared.limits,
+                calls_used,
+            },
+            waits: Waits {
+                decisions: launch.decisions,
+                ..Waits::default()
+            },
+            place,
+            start: Start {
+                resumed: launch.resumed,
+                listings: prepared.listings,
+                admission: launch.admission,
+            },
+            done: Some(done),
         }
     }
 

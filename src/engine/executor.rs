@@ -106,18 +106,21 @@ impl TurnCalls {
         let running = self.running();
         let events = running.events.clone();
         let limit = running.limit.clone();
-        // The set aborts unfinished calls when the turn is dropped (cancel, shutdown).
-        running.tasks.spawn(async move {
-            let Ok(_permit) = limit.acquire_owned().await else {
-                return;
-            };
-            let output_events = events.clone();
-            let output = ToolOutput::new(move |text| {
-                let _ = output_events.send(CallEvent::Output(slot, text));
-            });
-            let result = execute(&tool, context, &arguments, output).await;
-            let _ = events.send(CallEvent::Done(slot, result));
-        });
+        // The set aborts unfinished calls when the turn is dropped (cancel, shutdown). The
+        // call logs in its run's span.
+        running
+            .tasks
+            .spawn(tracing::Instrument::in_current_span(async move {
+                let Ok(_permit) = limit.acquire_owned().await else {
+                    return;
+                };
+                let output_events = events.clone();
+                let output = ToolOutput::new(move |text| {
+                    let _ = output_events.send(CallEvent::Output(slot, text));
+                });
+                let result = execute(&tool, context, &arguments, output).await;
+                let _ = events.send(CallEvent::Done(slot, result));
+            }));
     }
 
     /// Records a call that is not executed, with the reason as its error result.
@@ -144,8 +147,8 @@ async fn execute(
 ) -> ToolResult {
     let name = tool.name().to_string();
     let started = Instant::now();
-    let (response_id, call_id) = (context.response_id.clone(), context.call_id.clone());
-    tracing::info!(response_id = %response_id, call_id = %call_id, tool = %name, "tool call started");
+    let call_id = context.call_id.clone();
+    tracing::info!(call_id = %call_id, tool = %name, "tool call started");
     let result = run_handler(tool, context, arguments, output).await;
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let outcome = match result.error {
@@ -160,13 +163,13 @@ async fn execute(
     };
     match result.error {
         None => {
-            tracing::info!(response_id = %response_id, call_id = %call_id, tool = %name, elapsed_ms, outcome, "tool call finished")
+            tracing::info!(call_id = %call_id, tool = %name, elapsed_ms, outcome, "tool call finished")
         }
         Some(kind) if kind.is_fault() => {
-            tracing::error!(response_id = %response_id, call_id = %call_id, tool = %name, elapsed_ms, outcome, error = %result.text, "tool call finished")
+            tracing::error!(call_id = %call_id, tool = %name, elapsed_ms, outcome, error = %result.text, "tool call finished")
         }
         Some(_) => {
-            tracing::warn!(response_id = %response_id, call_id = %call_id, tool = %name, elapsed_ms, outcome, error = %result.text, "tool call finished")
+            tracing::warn!(call_id = %call_id, tool = %name, elapsed_ms, outcome, error = %result.text, "tool call finished")
         }
     }
     result

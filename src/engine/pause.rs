@@ -135,72 +135,7 @@ impl Engine {
             let state = self.expire(run).await;
             return Err(not_accepting(state));
         }
-        let pending = pending_work(&run.body);
-        let expected: Vec<String> = pending.tool_calls.iter().map(|c| c.id.clone()).collect();
-        let got: Vec<String> = submission
-            .tool_outputs
-            .iter()
-            .map(|o| o.tool_call_id.clone())
-            .collect();
-        let unique: HashSet<&String> = got.iter().collect();
-        let answers_all = unique.len() == got.len()
-            && got.len() == expected.len()
-            && expected.iter().all(|id| unique.contains(id));
-        if !answers_all {
-            return Err(FieldError::new(
-                "tool_outputs",
-                format!(
-                    "Expected tool outputs for call_ids {}, got {}",
-                    quoted_list(&expected),
-                    quoted_list(&got)
-                ),
-            )
-            .into());
-        }
-        let requests = pending.approval_requests;
-        let answers: Vec<(String, bool, Option<String>)> = submission
-            .tool_approvals
-            .iter()
-            .map(|a| (a.approval_request_id.clone(), a.approve, a.reason.clone()))
-            .collect();
-        let decisions = decisions(&requests, &answers).map_err(|got| {
-            let expected: Vec<String> = requests.iter().map(|r| r.id.clone()).collect();
-            EngineError::from(FieldError::new(
-                "tool_approvals",
-                format!(
-                    "Expected tool approvals for approval_request_ids {}, got {}",
-                    quoted_list(&expected),
-                    quoted_list(&got)
-                ),
-            ))
-        })?;
-        // The outputs become input items of the run, in the order of its calls.
-        let mut outputs: Vec<Item> = pending
-            .tool_calls
-            .iter()
-            .filter_map(|call| {
-                let output = submission
-                    .tool_outputs
-                    .iter()
-                    .find(|o| o.tool_call_id == call.id)?
-                    .output
-                    .clone();
-                Some(output_item(&call.id, call.kind, output))
-            })
-            .collect();
-        outputs.extend(decisions.iter().map(|d| {
-            Item::McpApprovalResponse(McpApprovalResponse {
-                id: String::new(),
-                approval_request_id: d.request.id.clone(),
-                approve: d.approve,
-                reason: d.reason.clone(),
-                status: None,
-            })
-        }));
-        for item in &mut outputs {
-            item.normalise();
-        }
-
+        let (outputs, decisions) = answers(pending_work(&run.body), &submission)?;
         // Prepared before anything changes: a model or tool server gone from the
         // configuration is the client's error, and the run stays paused.
         let loaded = self.load(tenant_id, &run.body, &run.transcript).await?;
@@ -225,7 +160,7 @@ impl Engine {
             Err(StoreError::NotFound) => return Err(EngineError::NotFound(id.to_string())),
             Err(e) => return Err(e.into()),
         };
-        tracing::info!(response_id = %id, outputs = outputs.len(), "run resumed");
+        tracing::info!(outputs = outputs.len(), "run resumed");
         let resumption = Resumption {
             run,
             next_sequence: applied.next_sequence,
@@ -340,6 +275,80 @@ impl Engine {
             }
         }
     }
+}
+
+/// The run's new input items answering its pause with `submission` (one output per pending
+/// call, in the calls' order, then the approval answers), and the decisions on its approval
+/// requests. Every pending call and request must be answered exactly once, and nothing else.
+fn answers(
+    pending: PendingWork,
+    submission: &SubmitToolOutputs,
+) -> Result<(Vec<Item>, Vec<Decision>), EngineError> {
+    let expected: Vec<String> = pending.tool_calls.iter().map(|c| c.id.clone()).collect();
+    let got: Vec<String> = submission
+        .tool_outputs
+        .iter()
+        .map(|o| o.tool_call_id.clone())
+        .collect();
+    let unique: HashSet<&String> = got.iter().collect();
+    let answers_all = unique.len() == got.len()
+        && got.len() == expected.len()
+        && expected.iter().all(|id| unique.contains(id));
+    if !answers_all {
+        return Err(FieldError::new(
+            "tool_outputs",
+            format!(
+                "Expected tool outputs for call_ids {}, got {}",
+                quoted_list(&expected),
+                quoted_list(&got)
+            ),
+        )
+        .into());
+    }
+    let requests = pending.approval_requests;
+    let answers: Vec<(String, bool, Option<String>)> = submission
+        .tool_approvals
+        .iter()
+        .map(|a| (a.approval_request_id.clone(), a.approve, a.reason.clone()))
+        .collect();
+    let decisions = decisions(&requests, &answers).map_err(|got| {
+        let expected: Vec<String> = requests.iter().map(|r| r.id.clone()).collect();
+        EngineError::from(FieldError::new(
+            "tool_approvals",
+            format!(
+                "Expected tool approvals for approval_request_ids {}, got {}",
+                quoted_list(&expected),
+                quoted_list(&got)
+            ),
+        ))
+    })?;
+    // The outputs become input items of the run, in the order of its calls.
+    let mut outputs: Vec<Item> = pending
+        .tool_calls
+        .iter()
+        .filter_map(|call| {
+            let output = submission
+                .tool_outputs
+                .iter()
+                .find(|o| o.tool_call_id == call.id)?
+                .output
+                .clone();
+            Some(output_item(&call.id, call.kind, output))
+        })
+        .collect();
+    outputs.extend(decisions.iter().map(|d| {
+        Item::McpApprovalResponse(McpApprovalResponse {
+            id: String::new(),
+            approval_request_id: d.request.id.clone(),
+            approve: d.approve,
+            reason: d.reason.clone(),
+            status: None,
+        })
+    }));
+    for item in &mut outputs {
+        item.normalise();
+    }
+    Ok((outputs, decisions))
 }
 
 /// The input item answering a call of the given `required_action` type.

@@ -11,7 +11,9 @@ use crate::llm::ToolSpec;
 use crate::protocol::items::McpToolInfo;
 use crate::protocol::request::FieldError;
 use crate::protocol::response::CallKind;
-use crate::protocol::tools::{AllowedRef, ApprovalPolicy, ToolChoice, ToolDecl};
+use crate::protocol::tools::{
+    AllowedRef, ApprovalPolicy, CustomTool, FunctionTool, McpTool, ToolChoice, ToolDecl,
+};
 use crate::tools::ToolKind;
 use crate::tools::registry::{RegisteredTool, ToolRegistry, compile_schema};
 
@@ -83,204 +85,21 @@ impl ToolSet {
         decls: &[ToolDecl],
         choice: Option<&ToolChoice>,
     ) -> Result<ToolSet, FieldError> {
-        let mut set = ToolSet::default();
-        // Where each name came from, for clash messages.
-        let mut sources: HashMap<String, String> = HashMap::new();
-        let mut servers: HashMap<String, usize> = HashMap::new();
+        let mut resolving = Resolving::default();
         for (index, decl) in decls.iter().enumerate() {
             let path = format!("tools[{index}]");
             match decl {
-                ToolDecl::Function(function) => {
-                    check_name(&function.name, &format!("{path}.name"))?;
-                    let parameters = function
-                        .parameters
-                        .clone()
-                        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-                    compile_schema(&parameters).map_err(|e| {
-                        FieldError::new(
-                            format!("{path}.parameters"),
-                            format!("Invalid schema for function '{}': {e}", function.name),
-                        )
-                    })?;
-                    let source = format!("{path} (function)");
-                    set.add(
-                        &mut sources,
-                        &function.name,
-                        source,
-                        &path,
-                        ToolEntry {
-                            executor: Executor::Client(CallKind::Function),
-                            server_label: None,
-                            spec: ToolSpec {
-                                name: function.name.clone(),
-                                description: function.description.clone(),
-                                parameters,
-                                strict: function.strict,
-                            },
-                            callable: true,
-                            needs_approval: false,
-                        },
-                    )?;
-                }
-                ToolDecl::Custom(custom) => {
-                    check_name(&custom.name, &format!("{path}.name"))?;
-                    let mut description = custom.description.clone().unwrap_or_default();
-                    if let Some(format) = &custom.format {
-                        description
-                            .push_str(&format!("\nThe input must follow this format: {format}"));
-                    }
-                    let source = format!("{path} (custom)");
-                    set.add(&mut sources, &custom.name, source, &path, ToolEntry {
-                        executor: Executor::Client(CallKind::Custom),
-                        server_label: None,
-                        spec: ToolSpec {
-                            name: custom.name.clone(),
-                            description: Some(description),
-                            parameters: json!({"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}),
-                            strict: None,
-                        },
-                        callable: true,
-                        needs_approval: false,
-                    })?;
-                }
-                ToolDecl::LocalShell => {
-                    let source = format!("{path} (local_shell)");
-                    set.add(
-                        &mut sources,
-                        "local_shell",
-                        source,
-                        &path,
-                        ToolEntry {
-                            executor: Executor::Client(CallKind::LocalShell),
-                            server_label: None,
-                            spec: ToolSpec {
-                                name: "local_shell".into(),
-                                description: Some(
-                                    "Runs a command on the user's machine and returns its output."
-                                        .into(),
-                                ),
-                                parameters: local_shell_schema(),
-                                strict: None,
-                            },
-                            callable: true,
-                            needs_approval: false,
-                        },
-                    )?;
-                }
-                ToolDecl::Mcp(mcp) => {
-                    if mcp.server_url.is_some() || mcp.connector_id.is_some() {
-                        return Err(FieldError::new(
-                            format!("{path}.server_url"),
-                            "Remote MCP servers given by URL are not supported; name a tool server configured by the operator with 'server_label'.",
-                        ));
-                    }
-                    let label = &mcp.server_label;
-                    let Some(server) = registry.server(label) else {
-                        let known: Vec<&str> =
-                            registry.servers().map(|s| s.label.as_str()).collect();
-                        return Err(FieldError::new(
-                            format!("{path}.server_label"),
-                            format!(
-                                "Unknown tool server '{label}'. Configured tool servers: {}.",
-                                known.join(", ")
-                            ),
-                        ));
-                    };
-                    if let Some(first) = servers.insert(label.clone(), index) {
-                        return Err(FieldError::new(
-                            format!("{path}.server_label"),
-                            format!(
-                                "Tool server '{label}' is enabled twice: by tools[{first}] and by {path}."
-                            ),
-                        ));
-                    }
-                    let policy = match mcp.require_approval.as_ref() {
-                        None | Some(Value::Null) => None,
-                        Some(value) => Some(ApprovalPolicy::parse(
-                            value,
-                            &format!("{path}.require_approval"),
-                        )?),
-                    };
-                    let allowed = mcp.allowed_tools.as_ref().and_then(|a| a.names());
-                    if let Some(names) = allowed {
-                        for name in names {
-                            if !server.tools.iter().any(|t| t.name() == name) {
-                                return Err(FieldError::new(
-                                    format!("{path}.allowed_tools"),
-                                    format!("Tool server '{label}' has no tool '{name}'."),
-                                ));
-                            }
-                        }
-                    }
-                    let mut listed = Vec::new();
-                    for tool in &server.tools {
-                        if allowed.is_some_and(|names| !names.iter().any(|n| n == tool.name())) {
-                            continue;
-                        }
-                        let source = format!("{path} (tool server '{label}')");
-                        let spec = ToolSpec {
-                            name: tool.name().to_string(),
-                            description: Some(tool.handler.description().to_string()),
-                            parameters: tool.schema.clone(),
-                            strict: None,
-                        };
-                        listed.push(McpToolInfo {
-                            name: spec.name.clone(),
-                            description: spec.description.clone(),
-                            input_schema: spec.parameters.clone(),
-                            annotations: None,
-                        });
-                        let executor = match tool.kind {
-                            ToolKind::Executed => Executor::Server(tool.clone()),
-                            ToolKind::DefinitionOnly => Executor::Client(CallKind::Function),
-                        };
-                        let default = server.requires_approval;
-                        let needs_approval = matches!(executor, Executor::Server(_))
-                            && policy
-                                .as_ref()
-                                .map_or(default, |p| p.requires(tool.name(), default));
-                        set.add(
-                            &mut sources,
-                            tool.name(),
-                            source,
-                            &path,
-                            ToolEntry {
-                                executor,
-                                server_label: Some(label.clone()),
-                                spec,
-                                callable: true,
-                                needs_approval,
-                            },
-                        )?;
-                    }
-                    set.listings.push((label.clone(), listed));
-                }
+                ToolDecl::Function(function) => resolving.function(&path, function)?,
+                ToolDecl::Custom(custom) => resolving.custom(&path, custom)?,
+                ToolDecl::LocalShell => resolving.local_shell(&path)?,
+                ToolDecl::Mcp(mcp) => resolving.server(registry, index, &path, mcp)?,
             }
         }
+        let Resolving {
+            mut set, servers, ..
+        } = resolving;
         set.apply_choice(choice, &servers)?;
         Ok(set)
-    }
-
-    fn add(
-        &mut self,
-        sources: &mut HashMap<String, String>,
-        name: &str,
-        source: String,
-        path: &str,
-        entry: ToolEntry,
-    ) -> Result<(), FieldError> {
-        if let Some(first) = sources.get(name) {
-            return Err(FieldError::new(
-                path,
-                format!(
-                    "Tool name '{name}' is declared twice: by {first} and by {source}. A tool can never be shadowed; rename one of them."
-                ),
-            ));
-        }
-        sources.insert(name.to_string(), source);
-        self.order.push(name.to_string());
-        self.entries.insert(name.to_string(), entry);
-        Ok(())
     }
 
     /// Narrows what the model may call and picks the chat `tool_choice`.
@@ -387,5 +206,198 @@ fn check_name(name: &str, param: &str) -> Result<(), FieldError> {
                 "Invalid '{param}': '{name}'. Expected a name of 1 to 64 letters, digits, underscores or dashes."
             ),
         ))
+    }
+}
+
+/// A tool set being resolved: the set, where each name came from (for clash messages), and
+/// which `tools` entry enabled each server.
+#[derive(Default)]
+struct Resolving {
+    set: ToolSet,
+    sources: HashMap<String, String>,
+    servers: HashMap<String, usize>,
+}
+
+impl Resolving {
+    /// Adds a tool under `name`; a name seen before is a clash, never a replacement.
+    fn add(
+        &mut self,
+        name: &str,
+        source: String,
+        path: &str,
+        entry: ToolEntry,
+    ) -> Result<(), FieldError> {
+        if let Some(first) = self.sources.get(name) {
+            return Err(FieldError::new(
+                path,
+                format!(
+                    "Tool name '{name}' is declared twice: by {first} and by {source}. A tool can never be shadowed; rename one of them."
+                ),
+            ));
+        }
+        self.sources.insert(name.to_string(), source);
+        self.set.order.push(name.to_string());
+        self.set.entries.insert(name.to_string(), entry);
+        Ok(())
+    }
+
+    /// A tool the client executes, shown to the model as `spec`.
+    fn client(
+        &mut self,
+        kind: CallKind,
+        spec: ToolSpec,
+        source: String,
+        path: &str,
+    ) -> Result<(), FieldError> {
+        let name = spec.name.clone();
+        let entry = ToolEntry {
+            executor: Executor::Client(kind),
+            server_label: None,
+            spec,
+            callable: true,
+            needs_approval: false,
+        };
+        self.add(&name, source, path, entry)
+    }
+
+    fn function(&mut self, path: &str, function: &FunctionTool) -> Result<(), FieldError> {
+        check_name(&function.name, &format!("{path}.name"))?;
+        let parameters = function
+            .parameters
+            .clone()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        compile_schema(&parameters).map_err(|e| {
+            FieldError::new(
+                format!("{path}.parameters"),
+                format!("Invalid schema for function '{}': {e}", function.name),
+            )
+        })?;
+        let spec = ToolSpec {
+            name: function.name.clone(),
+            description: function.description.clone(),
+            parameters,
+            strict: function.strict,
+        };
+        self.client(CallKind::Function, spec, format!("{path} (function)"), path)
+    }
+
+    fn custom(&mut self, path: &str, custom: &CustomTool) -> Result<(), FieldError> {
+        check_name(&custom.name, &format!("{path}.name"))?;
+        let mut description = custom.description.clone().unwrap_or_default();
+        if let Some(format) = &custom.format {
+            description.push_str(&format!("\nThe input must follow this format: {format}"));
+        }
+        let spec = ToolSpec {
+            name: custom.name.clone(),
+            description: Some(description),
+            parameters: json!({"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}),
+            strict: None,
+        };
+        self.client(CallKind::Custom, spec, format!("{path} (custom)"), path)
+    }
+
+    fn local_shell(&mut self, path: &str) -> Result<(), FieldError> {
+        let spec = ToolSpec {
+            name: "local_shell".into(),
+            description: Some(
+                "Runs a command on the user's machine and returns its output.".into(),
+            ),
+            parameters: local_shell_schema(),
+            strict: None,
+        };
+        self.client(
+            CallKind::LocalShell,
+            spec,
+            format!("{path} (local_shell)"),
+            path,
+        )
+    }
+
+    /// A configured tool server enabled by `tools[index]`: its tools (all, or those allowed),
+    /// each executed by the service unless it is definition-only, under the approval policy.
+    fn server(
+        &mut self,
+        registry: &ToolRegistry,
+        index: usize,
+        path: &str,
+        mcp: &McpTool,
+    ) -> Result<(), FieldError> {
+        if mcp.server_url.is_some() || mcp.connector_id.is_some() {
+            return Err(FieldError::new(
+                format!("{path}.server_url"),
+                "Remote MCP servers given by URL are not supported; name a tool server configured by the operator with 'server_label'.",
+            ));
+        }
+        let label = &mcp.server_label;
+        let Some(server) = registry.server(label) else {
+            let known: Vec<&str> = registry.servers().map(|s| s.label.as_str()).collect();
+            return Err(FieldError::new(
+                format!("{path}.server_label"),
+                format!(
+                    "Unknown tool server '{label}'. Configured tool servers: {}.",
+                    known.join(", ")
+                ),
+            ));
+        };
+        if let Some(first) = self.servers.insert(label.clone(), index) {
+            return Err(FieldError::new(
+                format!("{path}.server_label"),
+                format!("Tool server '{label}' is enabled twice: by tools[{first}] and by {path}."),
+            ));
+        }
+        let policy = match mcp.require_approval.as_ref() {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(ApprovalPolicy::parse(
+                value,
+                &format!("{path}.require_approval"),
+            )?),
+        };
+        let allowed = mcp.allowed_tools.as_ref().and_then(|a| a.names());
+        for name in allowed.into_iter().flatten() {
+            if !server.tools.iter().any(|t| t.name() == name) {
+                return Err(FieldError::new(
+                    format!("{path}.allowed_tools"),
+                    format!("Tool server '{label}' has no tool '{name}'."),
+                ));
+            }
+        }
+        let mut listed = Vec::new();
+        for tool in &server.tools {
+            if allowed.is_some_and(|names| !names.iter().any(|n| n == tool.name())) {
+                continue;
+            }
+            let spec = ToolSpec {
+                name: tool.name().to_string(),
+                description: Some(tool.handler.description().to_string()),
+                parameters: tool.schema.clone(),
+                strict: None,
+            };
+            listed.push(McpToolInfo {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                input_schema: spec.parameters.clone(),
+                annotations: None,
+            });
+            let executor = match tool.kind {
+                ToolKind::Executed => Executor::Server(tool.clone()),
+                ToolKind::DefinitionOnly => Executor::Client(CallKind::Function),
+            };
+            let default = server.requires_approval;
+            let needs_approval = matches!(executor, Executor::Server(_))
+                && policy
+                    .as_ref()
+                    .map_or(default, |p| p.requires(tool.name(), default));
+            let entry = ToolEntry {
+                executor,
+                server_label: Some(label.clone()),
+                spec,
+                callable: true,
+                needs_approval,
+            };
+            let source = format!("{path} (tool server '{label}')");
+            self.add(tool.name(), source, path, entry)?;
+        }
+        self.set.listings.push((label.clone(), listed));
+        Ok(())
     }
 }

@@ -15,15 +15,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// Who executes a tool's calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolKind {
-    /// The service runs the handler.
-    Executed,
-    /// The model sees the tool, the client executes it (the run pauses for its output).
-    DefinitionOnly,
-}
+/// Who executes a tool's calls (a setting of configured tools too).
+pub use crate::config::ToolKind;
 
 /// How the executor treats a tool.
 #[derive(Clone, Debug, Default, PartialEq)]

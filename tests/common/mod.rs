@@ -129,10 +129,7 @@ async fn start_with(
     tweak: impl FnOnce(&mut Config),
 ) -> TestApp {
     // RUST_LOG=switchyard=debug shows the service's logs with a failing test's output.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    let _ = switchyard::telemetry::init(switchyard::telemetry::Sink::Tests);
     let mut config = test_config(&database_url, &llm);
     tweak(&mut config);
     let app = Application::build_with_tools(config, tools).await.unwrap();
