@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -68,67 +66,6 @@ fn tool_config(dir: &std::path::Path, tools: &[Tool]) -> std::path::PathBuf {
 
 /// A tool of `payments`, and the count of calls its endpoint received.
 type Tool = (HttpToolConfig, Arc<AtomicUsize>);
-
-/// The switchyard binary as instance A; returns it with its address.
-fn spawn_binary(database_url: &str, llm_url: &str, config: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["--config", config.to_str().unwrap()])
-        .env("SWITCHYARD__SERVER__PORT", "0")
-        .env("SWITCHYARD__DATABASE__URL", database_url)
-        .env("SWITCHYARD__LLM__BASE_URL", llm_url)
-        .env("SWITCHYARD__LLM__API_KEY", "test")
-        .env("SWITCHYARD__RUNS__LEASE_TTL_MS", "1000")
-        .env("SWITCHYARD__RUNS__SWEEP_INTERVAL_MS", "200")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let address = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            let at = line.find("address=")?;
-            Some(line[at + 8..].split_whitespace().next()?.to_string())
-        })
-        .unwrap();
-    // Keep reading so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    (child, address)
-}
-
-/// Reads a stream until it ends or its connection breaks; keeps what arrived. `first` hears
-/// of the first whole event.
-async fn read_until_cut(response: reqwest::Response, first: oneshot::Sender<()>) -> Sse {
-    use futures_util::StreamExt;
-    let status = response.status().as_u16();
-    let mut body = response.bytes_stream();
-    let mut raw = String::new();
-    let mut first = Some(first);
-    while let Some(Ok(chunk)) = body.next().await {
-        raw.push_str(&String::from_utf8_lossy(&chunk));
-        if raw.contains("\n\n")
-            && let Some(first) = first.take()
-        {
-            let _ = first.send(());
-        }
-    }
-    // A frame cut in half is not an event the client saw.
-    let whole = raw.rfind("\n\n").map_or(0, |end| end + 2);
-    raw.truncate(whole);
-    parse_sse(status, "text/event-stream".into(), raw)
-}
-
-fn kill(child: &mut Child) {
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let _ = child.wait();
-}
 
 /// What B made of a run that A was killed in, while a tool of `payments` ran.
 struct Takeover {

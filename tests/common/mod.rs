@@ -426,3 +426,99 @@ pub fn http_tool(
         read_only: false,
     }
 }
+
+/// The switchyard binary (built for the tests), started on `database_url` with the fake LLM
+/// at `llm_url` and short leases (a run of a killed instance is taken over within a second);
+/// `config` is an extra configuration file. Returns it once it listens, with its address.
+pub fn spawn_binary(
+    database_url: &str,
+    llm_url: &str,
+    config: &std::path::Path,
+) -> (std::process::Child, String) {
+    spawn_binary_with(database_url, llm_url, Some(config), &[])
+}
+
+/// As [`spawn_binary`], with `env` set on top (`SWITCHYARD__SECTION__KEY` overrides) and the
+/// configuration file optional.
+pub fn spawn_binary_with(
+    database_url: &str,
+    llm_url: &str,
+    config: Option<&std::path::Path>,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    if let Some(config) = config {
+        command.args(["--config", config.to_str().unwrap()]);
+    }
+    command
+        .env("SWITCHYARD__SERVER__PORT", "0")
+        .env("SWITCHYARD__DATABASE__URL", database_url)
+        .env("SWITCHYARD__LLM__BASE_URL", llm_url)
+        .env("SWITCHYARD__LLM__API_KEY", "test")
+        .env("SWITCHYARD__RUNS__LEASE_TTL_MS", "1000")
+        .env("SWITCHYARD__RUNS__SWEEP_INTERVAL_MS", "200")
+        .env("RUST_LOG", "info");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let address = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let at = line.find("address=")?;
+            Some(line[at + 8..].split_whitespace().next()?.to_string())
+        })
+        .expect("the instance printed its address (did it exit?)");
+    // Keep reading so the child never blocks on a full pipe. TEST_BINARY_LOGS=1 shows them.
+    let echo = std::env::var_os("TEST_BINARY_LOGS").is_some();
+    let pid = child.id();
+    std::thread::spawn(move || {
+        for line in lines.by_ref() {
+            if echo && let Ok(line) = line {
+                eprintln!("[switchyard {pid}] {line}");
+            }
+        }
+    });
+    (child, address)
+}
+
+/// Reads a stream until it ends or its connection breaks; keeps what arrived. `first` hears
+/// of the first whole event.
+pub async fn read_until_cut(
+    response: reqwest::Response,
+    first: tokio::sync::oneshot::Sender<()>,
+) -> Sse {
+    use futures_util::StreamExt;
+    let status = response.status().as_u16();
+    let mut body = response.bytes_stream();
+    let mut raw = String::new();
+    let mut first = Some(first);
+    while let Some(Ok(chunk)) = body.next().await {
+        raw.push_str(&String::from_utf8_lossy(&chunk));
+        if raw.contains("\n\n")
+            && let Some(first) = first.take()
+        {
+            let _ = first.send(());
+        }
+    }
+    // A frame cut in half is not an event the client saw.
+    let whole = raw.rfind("\n\n").map_or(0, |end| end + 2);
+    raw.truncate(whole);
+    parse_sse(status, "text/event-stream".into(), raw)
+}
+
+/// SIGKILL, then reaps the process.
+pub fn kill(child: &mut std::process::Child) {
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let _ = child.wait();
+}
