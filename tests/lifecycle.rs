@@ -256,23 +256,6 @@ async fn stopped_runs_are_pruned_after_the_retention_window() {
     assert_eq!(status, 404);
 }
 
-/// Runs `statements` on the test's database, beside the service.
-async fn run_sql(url: &str, statements: &[&str]) {
-    if url.starts_with("sqlite") {
-        let pool = sqlx::SqlitePool::connect(url).await.unwrap();
-        for statement in statements {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
-        pool.close().await;
-    } else {
-        let pool = sqlx::PgPool::connect(url).await.unwrap();
-        for statement in statements {
-            sqlx::query(statement).execute(&pool).await.unwrap();
-        }
-        pool.close().await;
-    }
-}
-
 /// Rows `query` counts, with `$1` bound to `value`.
 async fn count_rows(url: &str, query: &str, value: &str) -> i64 {
     if url.starts_with("sqlite") {

@@ -17,6 +17,10 @@ use tokio::task::JoinHandle;
 #[allow(unused_imports)]
 pub use fake_llm::{Step, Turn};
 
+mod audit;
+#[allow(unused_imports)]
+pub use audit::*;
+
 pub struct TestApp {
     pub base: String,
     pub llm: FakeLlm,
