@@ -78,7 +78,11 @@ impl Ending {
             close_incomplete(item);
         }
         body.status = status;
+        // Whatever an ending says is set here afresh (an ending that could not be stored may
+        // be followed by another).
         body.required_action = None;
+        body.incomplete_details = None;
+        body.error = None;
         body.completed_at =
             matches!(to, RunState::Completed | RunState::RequiresAction).then(|| now.as_secs());
         let mut events = Vec::new();

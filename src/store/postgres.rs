@@ -151,7 +151,9 @@ impl PostgresStore {
 
     /// One statement over arrays: inserts runs (with their input items and first events),
     /// appends events of runs the writer holds (locking their rows against a takeover until
-    /// the statement commits), applies runs' endings (a compare-and-set each, under the
+    /// the statement commits; only a running run has a lease holder, so the holder alone is
+    /// checked, through the primary key: a condition on the state let a plan made for an
+    /// empty table scan the state index, whose entries of ended runs grow until a vacuum), applies runs' endings (a compare-and-set each, under the
     /// writer's lease) with their closing events only where the ending applied, and announces
     /// the events. Returns the ids of the runs held and of those ended.
     async fn write_rows(
@@ -200,8 +202,7 @@ impl PostgresStore {
                 SELECT * FROM UNNEST($10::text[], $11::bigint[], $12::text[], $13::text[],
                     $14::text[])
             ), held AS (
-                SELECT id FROM responses WHERE id = ANY($21::text[]) AND state = 'in_progress'
-                    AND lease_owner = $22
+                SELECT id FROM responses WHERE id = ANY($21::text[]) AND lease_owner = $22
                 ORDER BY id FOR SHARE
             ), ended AS (
                 UPDATE responses SET state = e.state, body = e.body, transcript = e.transcript,
@@ -545,7 +546,7 @@ impl RunStore for PostgresStore {
         }
         let renewed: Vec<(String, Option<UnixMillis>)> = sqlx::query_as(
             "UPDATE responses SET lease_expires_at = $1 WHERE id = ANY($3) \
-             AND lease_owner = $2 AND state = 'in_progress' RETURNING id, cancel_requested_at",
+             AND lease_owner = $2 RETURNING id, cancel_requested_at",
         )
         .bind(until)
         .bind(holder)

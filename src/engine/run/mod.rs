@@ -425,8 +425,7 @@ impl RunTask {
             _ => {}
         }
         let now = UnixMillis::now();
-        let mut body = self.out.body.clone();
-        let Some(conclusion) = ending.conclude(&mut body, now) else {
+        let Some(conclusion) = ending.conclude(&mut self.out.body, now) else {
             return ending;
         };
         let Some(transition) = Transition::ending(conclusion.to) else {
@@ -445,19 +444,17 @@ impl RunTask {
             .map(|event| self.out.emitter.record(event))
             .collect();
         let run_ending = RunEnding {
-            id: body.id.clone(),
+            id: self.out.body.id.clone(),
             transition,
-            body: body.clone(),
-            transcript: self.out.transcript.clone(),
+            body: self.out.body.clone(),
+            // The run's last use of its transcript.
+            transcript: std::mem::take(&mut self.out.transcript),
             expires_at: conclusion.expires_at,
             now,
             events,
         };
         match self.out.emitter.end_run(run_ending).await {
-            Ok(()) => {
-                self.out.body = body;
-                ending
-            }
+            Ok(()) => ending,
             Err(StoreError::Conflict { .. } | StoreError::NotFound) => {
                 tracing::warn!("the run is executed elsewhere now; stopping here");
                 Ending::Lost
