@@ -166,8 +166,9 @@ impl Engine {
             next_sequence: applied.next_sequence,
             stream: submission.stream == Some(true),
             decisions,
+            appended: outputs,
         };
-        self.resume(loaded, resumption).await
+        Ok(self.resume(loaded, resumption))
     }
 
     /// A continuation answered the paused run's calls: check it answered all, then the

@@ -177,8 +177,9 @@ impl Engine {
             next_sequence: emitter.next_sequence(),
             stream: false,
             decisions: Vec::new(),
+            appended: Vec::new(),
         };
-        self.resume(loaded, resumption).await?;
+        self.resume(loaded, resumption);
         Ok(())
     }
 }

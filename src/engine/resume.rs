@@ -7,15 +7,18 @@ use super::create::{Launch, Prepared};
 use super::lifecycle::{Ending, StoredEnd, end_stored};
 use super::run::Decision;
 use super::{Engine, EngineError, StartedRun, announced, pause};
+use crate::protocol::items::Item;
 use crate::protocol::response::{ResponseObject, ResponseStatus};
 use crate::protocol::transcript::Entry;
 use crate::store::{Lease, StoredRun};
 use crate::time::UnixMillis;
 
-/// What a stored run needs to continue: its request as prepared at creation, and its chain.
+/// What a stored run needs to continue: its request as prepared at creation, its chain, and
+/// its input items as stored when it was loaded.
 pub(super) struct Loaded {
     prepared: Prepared,
     history: Vec<Entry>,
+    input: Vec<Item>,
 }
 
 /// A stored run about to continue here.
@@ -28,6 +31,8 @@ pub(super) struct Resumption {
     pub stream: bool,
     /// Approval answers to act on first.
     pub decisions: Vec<Decision>,
+    /// Input items appended since it was loaded (the outputs that resume it).
+    pub appended: Vec<Item>,
 }
 
 impl Engine {
@@ -49,23 +54,19 @@ impl Engine {
             .filter_map(Entry::item)
             .chain(&input);
         let prepared = self.prepare(&request, &announced(items))?;
-        Ok(Loaded { prepared, history })
+        Ok(Loaded {
+            prepared,
+            history,
+            input,
+        })
     }
 
     /// Continues the run on a task here, its log after `next_sequence - 1`.
-    pub(super) async fn resume(
-        &self,
-        loaded: Loaded,
-        resumption: Resumption,
-    ) -> Result<StartedRun, EngineError> {
+    pub(super) fn resume(&self, loaded: Loaded, resumption: Resumption) -> StartedRun {
         let run = resumption.run;
-        let input = self
-            .inner
-            .store
-            .input_items(&run.tenant_id, &run.body.id)
-            .await?;
         let mut context = loaded.history;
-        context.extend(input.into_iter().map(Entry::Item));
+        let input = loaded.input.into_iter().chain(resumption.appended);
+        context.extend(input.map(Entry::Item));
         let mut body = run.body;
         body.status = ResponseStatus::InProgress;
         body.required_action = None;
@@ -85,7 +86,7 @@ impl Engine {
             admission: None,
             cancel_requested: run.cancel_requested,
         };
-        Ok(self.launch(loaded.prepared, launch))
+        self.launch(loaded.prepared, launch)
     }
 
     /// Fails a run this instance holds that cannot continue here.
@@ -184,8 +185,9 @@ impl Engine {
             next_sequence,
             stream: false,
             decisions: Vec::new(),
+            appended: Vec::new(),
         };
-        let started = self.resume(loaded, resumption).await?;
+        let started = self.resume(loaded, resumption);
         // The slot is free again when the run stops.
         self.inner.maintenance.spawn(async move {
             let _ = started.outcome.await;
