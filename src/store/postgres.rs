@@ -553,10 +553,7 @@ impl RunStore for PostgresStore {
         .bind(ids)
         .fetch_all(&self.pool)
         .await?;
-        Ok(renewed
-            .into_iter()
-            .filter_map(|(id, cancel)| cancel.map(|_| id))
-            .collect())
+        Ok(sql::cancel_requested(renewed))
     }
 
     async fn release_leases(&self, holder: &str) -> Result<u64, StoreError> {
@@ -671,10 +668,7 @@ impl RunStore for PostgresStore {
                 )
             }
         };
-        let (query, from) = match order {
-            Order::Descending => (sql::INPUT_ITEMS_BEFORE, i64::MAX),
-            Order::Ascending => (sql::INPUT_ITEMS_AFTER, -1),
-        };
+        let (query, from) = sql::page(order);
         let rows: Vec<ItemRow> = sqlx::query_as(query)
             .bind(tenant_id)
             .bind(id)
@@ -682,10 +676,7 @@ impl RunStore for PostgresStore {
             .bind(i64::from(limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        let mut items = sql::items(rows)?;
-        let has_more = items.len() > limit as usize;
-        items.truncate(limit as usize);
-        Ok((items, has_more))
+        sql::page_of(rows, limit)
     }
 
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {

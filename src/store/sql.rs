@@ -134,6 +134,30 @@ pub(super) const PRUNE_KEYS: &str = "DELETE FROM idempotency_keys WHERE (tenant_
      (SELECT tenant_id, key FROM idempotency_keys WHERE created_at < $1 \
       ORDER BY created_at LIMIT $2)";
 
+/// The page query for `order`, and where a page without `after` starts.
+pub(super) fn page(order: super::Order) -> (&'static str, i64) {
+    match order {
+        super::Order::Descending => (INPUT_ITEMS_BEFORE, i64::MAX),
+        super::Order::Ascending => (INPUT_ITEMS_AFTER, -1),
+    }
+}
+
+/// A page read with one row more than `limit`: its items, and whether more follow.
+pub(super) fn page_of(rows: Vec<ItemRow>, limit: u32) -> Result<(Vec<Item>, bool), StoreError> {
+    let mut items = items(rows)?;
+    let has_more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    Ok((items, has_more))
+}
+
+/// Of the renewed runs `(id, cancel requested at)`, those a client asked to cancel.
+pub(super) fn cancel_requested(renewed: Vec<(String, Option<UnixMillis>)>) -> Vec<String> {
+    renewed
+        .into_iter()
+        .filter_map(|(id, cancel)| cancel.map(|_| id))
+        .collect()
+}
+
 /// The guard of a transition as [`COMPARE_AND_SET`] binds it.
 pub(super) fn guard_name(guard: super::Guard) -> &'static str {
     match guard {

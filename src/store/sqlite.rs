@@ -733,10 +733,7 @@ impl RunStore for SqliteStore {
         .bind(ids)
         .fetch_all(&mut *self.writes().await)
         .await?;
-        Ok(renewed
-            .into_iter()
-            .filter_map(|(id, cancel)| cancel.map(|_| id))
-            .collect())
+        Ok(sql::cancel_requested(renewed))
     }
 
     async fn release_leases(&self, holder: &str) -> Result<u64, StoreError> {
@@ -849,10 +846,7 @@ impl RunStore for SqliteStore {
                 )
             }
         };
-        let (query, from) = match order {
-            Order::Descending => (sql::INPUT_ITEMS_BEFORE, i64::MAX),
-            Order::Ascending => (sql::INPUT_ITEMS_AFTER, -1),
-        };
+        let (query, from) = sql::page(order);
         let rows: Vec<ItemRow> = sqlx::query_as(query)
             .bind(tenant_id)
             .bind(id)
@@ -860,10 +854,7 @@ impl RunStore for SqliteStore {
             .bind(i64::from(limit) + 1)
             .fetch_all(&self.readers)
             .await?;
-        let mut items = sql::items(rows)?;
-        let has_more = items.len() > limit as usize;
-        items.truncate(limit as usize);
-        Ok((items, has_more))
+        sql::page_of(rows, limit)
     }
 
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
