@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -183,7 +182,8 @@ async fn serve_http(
 ) -> std::io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).half_close(true);
-    let graceful = GracefulShutdown::new();
+    // Tells open connections to finish their current response and close.
+    let closing = CancellationToken::new();
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -217,15 +217,29 @@ async fn serve_http(
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
         let service = TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(tcp), service));
+        // With upgrades: `GET /v1/responses` may become a WebSocket.
+        let connection = http
+            .serve_connection(TokioIo::new(tcp), service)
+            .with_upgrades();
+        let closing = closing.clone();
         connections.spawn(async move {
-            if let Err(e) = connection.await {
+            let mut connection = std::pin::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                _ = closing.cancelled() => {
+                    // Finish the response under way, then close (an upgraded socket is the
+                    // handler's, which the run's own shutdown ends).
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    closing.cancel();
     while connections.join_next().await.is_some() {}
     Ok(())
 }

@@ -42,6 +42,10 @@ pub struct ToolsConfig {
     /// What a failed server tool call does: `report` it to the model, or `fail` the run.
     pub on_error: ToolErrorPolicy,
     pub fetch_url: FetchUrlConfig,
+    /// Hosted tool types requests may carry (`web_search`, …) and the tool server that runs
+    /// each; unmapped ones are left out of what the model sees.
+    #[serde(default)]
+    pub hosted: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]

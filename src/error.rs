@@ -83,6 +83,22 @@ impl ApiError {
         }
     }
 
+    /// The error as the WebSocket transport sends it (Open Responses): an `error` event with
+    /// the HTTP status it would have had, and a code that is always set (the type when the
+    /// error has no code of its own).
+    pub fn websocket_event(&self) -> serde_json::Value {
+        if let ApiError::Internal(cause) = self {
+            tracing::error!(error = format!("{cause:#}"), "internal error");
+        }
+        let (kind, message, param, code) = self.envelope();
+        json!({
+            "type": "error",
+            "status": self.status_code().as_u16(),
+            "error": {"type": kind, "code": code.unwrap_or_else(|| kind.to_string()),
+                      "message": message, "param": param},
+        })
+    }
+
     /// `(type, message, param, code)` as the client sees them.
     fn envelope(&self) -> (&'static str, String, Option<String>, Option<String>) {
         match self {

@@ -692,6 +692,22 @@ async fn a_run_with_store_false_is_not_kept_after_it_stops() {
         .get(&format!("/v1/responses/{}", body["id"].as_str().unwrap()))
         .await;
     assert_eq!(status, 404);
+
+    // Not even a moment after its stream ended (it is deleted after its last event).
+    let sse = app
+        .stream(&json!({"model": "gpt-4o-mini", "input": "secret", "store": false}))
+        .await;
+    let id = sse.response_id();
+    let (status, _) = app.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 404);
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "more", "previous_response_id": id}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "previous_response_not_found");
 }
 
 #[tokio::test]

@@ -71,6 +71,7 @@ fn message(text: &str) -> Item {
         role: Role::User,
         content: vec![ContentPart::InputText { text: text.into() }],
         status: None,
+        phase: None,
     });
     item.normalise();
     item
@@ -129,6 +130,7 @@ fn ending(id: &str, to: RunState, first: u64, closing: usize) -> RunEnding {
     done.status = ResponseStatus::Completed;
     RunEnding {
         id: id.into(),
+        tenant_id: store::DEFAULT_TENANT.into(),
         transition: Transition::ending(to).unwrap(),
         body: done,
         transcript: vec![Entry::Item(message("answer"))],
@@ -1171,5 +1173,110 @@ async fn a_writer_whose_run_was_taken_over_stops_it_and_publishes_nothing_more_o
         live.close().await;
         drop((live, events));
         writer.finish(hub).await;
+    }
+}
+
+/// A client call item with id `fc_…` and the given call id.
+fn function_call(call_id: &str) -> Item {
+    let mut item: Item = serde_json::from_value(json!({
+        "type": "function_call", "call_id": call_id, "name": "f", "arguments": "{}"}))
+    .unwrap();
+    item.normalise();
+    item
+}
+
+#[tokio::test]
+async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_within_their_tenant() {
+    for b in backends().await {
+        let (paused, done, unstored) = (
+            ids::new(ids::RESPONSE),
+            ids::new(ids::RESPONSE),
+            ids::new(ids::RESPONSE),
+        );
+        let call_id = format!("call_{}", ids::new("x"));
+        let runs = [
+            new_run(&paused, 1, "a", 10),
+            new_run(&done, 1, "a", 10),
+            new_run(&unstored, 0, "a", 10),
+        ];
+        b.store.write_batch(&batch("a", &runs, &[], &[])).await;
+        let mut pause = ending(&paused, RunState::RequiresAction, 0, 1);
+        pause.body.output = vec![message("thinking"), function_call(&call_id)];
+        let mut stop = ending(&done, RunState::Completed, 0, 1);
+        stop.body.output = vec![message("answer")];
+        let mut gone = ending(&unstored, RunState::Completed, 0, 1);
+        gone.body.output = vec![message("secret")];
+        gone.body.store = false;
+        let outcome = b
+            .store
+            .write_batch(&batch(
+                "a",
+                &[],
+                &[],
+                &[pause.clone(), stop.clone(), gone.clone()],
+            ))
+            .await;
+        assert!(outcome.endings.iter().all(Result::is_ok), "{}", b.url);
+
+        let call_item = pause.body.output[1].id().to_string();
+        let answer = stop.body.output[0].id().to_string();
+        let secret = gone.body.output[0].id().to_string();
+        let input = b
+            .store
+            .input_items(store::DEFAULT_TENANT, &done)
+            .await
+            .unwrap()[0]
+            .id()
+            .to_string();
+        let keys = [
+            call_item.as_str(),
+            answer.as_str(),
+            secret.as_str(),
+            input.as_str(),
+        ];
+        let found = b
+            .store
+            .find_items(store::DEFAULT_TENANT, &keys)
+            .await
+            .unwrap();
+        let of = |id: &str| {
+            found
+                .iter()
+                .filter(|f| f.item.id() == id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of(&call_item)[0].response_id, paused, "{}", b.url);
+        assert_eq!(of(&call_item)[0].state, RunState::RequiresAction);
+        assert!(of(&call_item)[0].output);
+        assert_eq!(of(&answer)[0].item, stop.body.output[0]);
+        assert_eq!(of(&answer)[0].state, RunState::Completed);
+        assert!(
+            of(&secret).is_empty(),
+            "a stopped store: false run is not indexed"
+        );
+        assert!(!of(&input)[0].output, "input items are found too");
+
+        // A client call by its call id; another tenant finds nothing.
+        let by_call = b
+            .store
+            .find_items(store::DEFAULT_TENANT, &[call_id.as_str()])
+            .await
+            .unwrap();
+        assert_eq!(by_call.len(), 1, "{}", b.url);
+        assert_eq!(by_call[0].item.id(), call_item);
+        let other = b.store.find_items("other", &keys).await.unwrap();
+        assert!(other.is_empty());
+
+        // Deleting the run deletes its index.
+        b.store
+            .delete_run(store::DEFAULT_TENANT, &done)
+            .await
+            .unwrap();
+        let found = b
+            .store
+            .find_items(store::DEFAULT_TENANT, &[answer.as_str()])
+            .await
+            .unwrap();
+        assert!(found.is_empty(), "{}", b.url);
     }
 }

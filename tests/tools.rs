@@ -658,7 +658,7 @@ async fn a_request_function_named_like_a_server_tool_is_a_400() {
             "Expected a name",
         ),
         (
-            json!([{"type": "web_search"}]),
+            json!([{"type": "web_serch"}]),
             "tools[0].type",
             "not supported",
         ),

@@ -181,6 +181,8 @@ struct Shared {
     default: Option<Arc<Turn>>,
     /// Tool-call turns before the default answer.
     tool_turns: usize,
+    /// See [`Synthetic::call_tools`].
+    call_tools: bool,
 }
 
 /// A synthetic default answer for benchmarks: `deltas` text chunks, the first after
@@ -194,6 +196,10 @@ pub struct Synthetic {
     /// offered tool twice with `{"timezone": "UTC"}` (the `tools` and `pause` benchmark
     /// scenarios); counted from the tool-call turns already in the request.
     pub tool_turns: usize,
+    /// An unscripted request that offers tools and ends with a user message calls the
+    /// first tool, with arguments made from its schema (for suites whose prompts ask for a
+    /// tool call).
+    pub call_tools: bool,
 }
 
 impl Synthetic {
@@ -310,8 +316,12 @@ pub async fn serve(addr: &str, synthetic: Option<Synthetic>) -> std::io::Result<
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let shared = Shared {
-        default: synthetic.map(|s| Arc::new(s.turn())),
+        // Without `--deltas` an unscripted request is echoed.
+        default: synthetic
+            .filter(|s| s.deltas > 0)
+            .map(|s| Arc::new(s.turn())),
         tool_turns: synthetic.map_or(0, |s| s.tool_turns),
+        call_tools: synthetic.is_some_and(|s| s.call_tools),
         ..Shared::default()
     };
     let (_running, shutdown) = tokio::sync::watch::channel(());
@@ -406,6 +416,16 @@ async fn chat_completions(
     let turn = turn.unwrap_or_else(|| {
         // Only a request that offers tools gets tool calls: one fake serves both scenarios.
         let done = tool_call_turns(&request);
+        if shared.call_tools
+            && last_role(&request) == Some("user")
+            && let Some((name, arguments)) = first_tool_call(&request)
+        {
+            return Turn::tool_call(
+                &format!("call_{}", request_count(&shared)),
+                &name,
+                &arguments,
+            );
+        }
         if let Some(tool) = first_tool_name(&request).filter(|_| done < shared.tool_turns) {
             let (a, b) = (format!("call_{done}_a"), format!("call_{done}_b"));
             let arguments = r#"{"timezone": "UTC"}"#;
@@ -441,6 +461,56 @@ async fn chat_completions(
 }
 
 /// The name of the first function the request offers.
+/// The role of the request's last message.
+fn last_role(request: &Value) -> Option<&str> {
+    request
+        .get("messages")?
+        .as_array()?
+        .last()?
+        .get("role")?
+        .as_str()
+}
+
+/// How many requests the fake has answered (a distinct call id for each).
+fn request_count(shared: &Shared) -> usize {
+    shared.lock().requests.len()
+}
+
+/// The first offered tool, with arguments made from its parameter schema: each required
+/// property gets a value of its type (the first of an `enum`).
+fn first_tool_call(request: &Value) -> Option<(String, String)> {
+    let function = request.get("tools")?.as_array()?.first()?.get("function")?;
+    let name = function.get("name")?.as_str()?.to_string();
+    let schema = function.get("parameters").cloned().unwrap_or(Value::Null);
+    Some((name, example_of(&schema).to_string()))
+}
+
+fn example_of(schema: &Value) -> Value {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => json!("example"),
+        Some("integer") | Some("number") => json!(1),
+        Some("boolean") => json!(true),
+        Some("array") => json!([]),
+        _ => {
+            let mut object = serde_json::Map::new();
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let required = schema.get("required").and_then(Value::as_array);
+            for name in required.into_iter().flatten().filter_map(Value::as_str) {
+                let property = properties.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
+                object.insert(name.to_string(), example_of(property));
+            }
+            Value::Object(object)
+        }
+    }
+}
+
 fn first_tool_name(request: &Value) -> Option<String> {
     let tools = request.get("tools")?.as_array()?;
     let name = tools.first()?.pointer("/function/name")?.as_str()?;

@@ -1,7 +1,8 @@
 //! `fake-llm [--listen ADDR] [--deltas N --first-token-ms MS --inter-token-ms MS]`: the
 //! scripted chat-completions server as a process, for the client-compatibility suite and
 //! benchmarks. Prints `listening on http://ADDR` when bound. With `--deltas`, an unscripted
-//! request gets N synthetic text deltas instead of an echo.
+//! request gets N synthetic text deltas instead of an echo; with `--call-tools`, one that
+//! offers tools and ends with a user message calls the first tool (arguments from its schema).
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
@@ -27,9 +28,10 @@ async fn main() -> std::io::Result<()> {
             "--tool-turns" => {
                 synthetic.get_or_insert_default().tool_turns = number(args.next()) as usize
             }
+            "--call-tools" => synthetic.get_or_insert_default().call_tools = true,
             other => {
                 eprintln!(
-                    "usage: fake-llm [--listen ADDR] [--deltas N] [--first-token-ms MS] [--inter-token-ms MS] [--tool-turns N] (unknown argument {other:?})"
+                    "usage: fake-llm [--listen ADDR] [--deltas N] [--first-token-ms MS] [--inter-token-ms MS] [--tool-turns N] [--call-tools] (unknown argument {other:?})"
                 );
                 std::process::exit(2);
             }

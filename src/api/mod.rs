@@ -3,6 +3,7 @@
 mod extract;
 mod responses;
 pub mod sse;
+mod websocket;
 
 use std::time::Duration;
 
@@ -27,7 +28,14 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let body_limit = state.body_limit;
     Router::new()
-        .route("/v1/responses", axum::routing::post(responses::create))
+        .route(
+            "/v1/responses",
+            axum::routing::post(responses::create).get(websocket::upgrade),
+        )
+        .route(
+            "/v1/responses/compact",
+            axum::routing::post(responses::compact),
+        )
         .route(
             "/v1/responses/{id}",
             get(responses::retrieve).delete(responses::delete),
@@ -127,6 +135,15 @@ impl From<EngineError> for ApiError {
             EngineError::Unavailable(message) => {
                 ApiError::Unavailable(format!("The database is unavailable: {message}"))
             }
+            EngineError::Upstream(failure) => match failure.timeout {
+                true => ApiError::UpstreamTimeout {
+                    message: failure.message,
+                },
+                false => ApiError::Upstream {
+                    message: failure.message,
+                    code: failure.code.into(),
+                },
+            },
             EngineError::Internal(message) => ApiError::Internal(anyhow::anyhow!(message)),
         }
     }

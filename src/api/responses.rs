@@ -14,9 +14,9 @@ use crate::engine::{
 use crate::error::ApiError;
 use crate::protocol::items::Item;
 use crate::protocol::request::{
-    CreateResponse, ListInputItems, RetrieveResponse, SubmitToolOutputs,
+    CompactRequest, CreateResponse, ListInputItems, RetrieveResponse, SubmitToolOutputs,
 };
-use crate::protocol::response::{Deleted, List, ResponseObject};
+use crate::protocol::response::{Compacted, Deleted, List, ResponseObject};
 use sha2::{Digest, Sha256};
 
 /// `POST /v1/responses`. With an `Idempotency-Key` header, a retry with the same body gets
@@ -32,6 +32,14 @@ pub async fn create(
         .create(DEFAULT_TENANT, request, idempotency)
         .await?;
     reply(&state, started).await
+}
+
+/// `POST /v1/responses/compact`
+pub async fn compact(
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<CompactRequest>,
+) -> Result<Json<Compacted>, ApiError> {
+    Ok(Json(state.engine.compact(DEFAULT_TENANT, request).await?))
 }
 
 /// Longest accepted `Idempotency-Key`.

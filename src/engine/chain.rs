@@ -3,7 +3,7 @@
 
 use super::{Engine, EngineError, MAX_CHAIN_DEPTH};
 use crate::protocol::request::FieldError;
-use crate::protocol::response::ResponseObject;
+use crate::protocol::response::{ResponseObject, ResponseStatus};
 use crate::protocol::transcript::Entry;
 use crate::store::{RunState, StoreError, StoredRun};
 
@@ -28,6 +28,11 @@ impl Engine {
             Err(StoreError::NotFound) => return Err(not_found()),
             Err(e) => return Err(e.into()),
         };
+        // A `store: false` response is not kept once it stops (it is being deleted): only a
+        // paused one can be continued (a WebSocket remembers its own, see `SocketMemory`).
+        if !first.body.store && first.state != RunState::RequiresAction && first.state.is_final() {
+            return Err(not_found());
+        }
         if matches!(first.state, RunState::Queued | RunState::InProgress) {
             return Err(FieldError::new(
                 "previous_response_id",
@@ -85,6 +90,58 @@ impl Engine {
                 Err(e) => Err(e),
             },
             None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// What a WebSocket connection remembers of its most recent `store: false` response (Open
+/// Responses, WebSocket continuation): the whole context the model saw, so that the next
+/// response on the same socket can continue it although it was never stored. Nothing else
+/// sees it; it goes with the connection.
+#[derive(Default)]
+pub struct SocketMemory {
+    /// The response being created on the socket, and its context (history and input).
+    pending: Option<(String, Vec<Entry>)>,
+    /// The most recent finished one, with its output appended.
+    last: Option<(String, Vec<Entry>)>,
+}
+
+impl SocketMemory {
+    /// The context of a response this socket remembers.
+    pub(super) fn context_of(&self, id: &str) -> Option<&[Entry]> {
+        match &self.last {
+            Some((last, context)) if last == id => Some(context),
+            _ => None,
+        }
+    }
+
+    /// A response starts on the socket with this context; remembered once it finishes.
+    pub(super) fn started(&mut self, id: &str, context: &[Entry]) {
+        self.pending = Some((id.to_string(), context.to_vec()));
+    }
+
+    /// A response of this socket finished: a `store: false` one that completed is remembered
+    /// (the one before is forgotten), any other is not.
+    pub fn finished(&mut self, response: &ResponseObject) {
+        let Some((id, mut context)) = self.pending.take() else {
+            return;
+        };
+        let usable = matches!(
+            response.status,
+            ResponseStatus::Completed | ResponseStatus::Incomplete
+        );
+        if id != response.id || response.store || !usable {
+            return;
+        }
+        context.extend(response.output.iter().cloned().map(Entry::Item));
+        self.last = Some((id, context));
+    }
+
+    /// Forgets a response (a continuation of it failed), and the one being created.
+    pub fn forget(&mut self, id: &str) {
+        self.pending = None;
+        if self.last.as_ref().is_some_and(|(last, _)| last == id) {
+            self.last = None;
         }
     }
 }

@@ -15,14 +15,16 @@ use super::emitter::{EventEmitter, record};
 use super::lifecycle::{Ending, StoredEnd, end_stored};
 use super::run::{self, Admission, Decision, Model, Output, Place, RunTask, Start, Tools, Waits};
 use super::toolset::ToolSet;
-use super::{Engine, EngineError, EventStream, StartedRun, announced, events, pause};
+use super::{Engine, EngineError, EventStream, SocketMemory, StartedRun, announced, events, pause};
 use crate::llm::{LlmClient, ModelRequest};
 use crate::protocol::events::Event;
 use crate::protocol::ids;
 use crate::protocol::items::{Item, McpToolInfo};
 use crate::protocol::request::{CreateResponse, FieldError};
-use crate::protocol::response::{ResponseObject, ResponseStatus, Usage};
-use crate::protocol::tools::{parse_tool_choice, parse_tools};
+use crate::protocol::response::{
+    DEFAULT_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, ResponseObject, ResponseStatus, Usage,
+};
+use crate::protocol::tools::{echo_tools, parse_tool_choice, parse_tools};
 use crate::protocol::transcript::Entry;
 use crate::store::{IdempotencyKey, NewRun, RunState, StoreError};
 use crate::time::UnixMillis;
@@ -66,6 +68,27 @@ impl Engine {
         request: CreateResponse,
         idempotency: Option<IdempotencyKey>,
     ) -> Result<StartedRun, EngineError> {
+        self.create_in(tenant_id, request, idempotency, None).await
+    }
+
+    /// Creates a response on a WebSocket connection, which remembers its most recent
+    /// `store: false` response so that the next one can continue it.
+    pub async fn create_on_socket(
+        &self,
+        tenant_id: &str,
+        request: CreateResponse,
+        memory: &mut SocketMemory,
+    ) -> Result<StartedRun, EngineError> {
+        self.create_in(tenant_id, request, None, Some(memory)).await
+    }
+
+    async fn create_in(
+        &self,
+        tenant_id: &str,
+        request: CreateResponse,
+        idempotency: Option<IdempotencyKey>,
+        memory: Option<&mut SocketMemory>,
+    ) -> Result<StartedRun, EngineError> {
         if self.inner.runs.is_closed() {
             return Err(EngineError::ShuttingDown);
         }
@@ -76,33 +99,71 @@ impl Engine {
             return Ok(existing);
         }
         request.validate()?;
-        let input = request.input_items()?;
-        if input.is_empty() && request.previous_response_id.is_none() {
+        let resolved = self
+            .resolve_input(tenant_id, request.input_entries()?)
+            .await?;
+        if resolved.items.is_empty() && request.previous_response_id.is_none() {
             return Err(FieldError::new("input", "Missing required parameter: 'input'.").into());
         }
-        let (history, previous) = match &request.previous_response_id {
-            Some(previous) => {
+        let remembered = request
+            .previous_response_id
+            .as_deref()
+            .and_then(|id| memory.as_deref()?.context_of(id));
+        let (history, previous) = match (&request.previous_response_id, remembered) {
+            // The socket remembers it (it may not be stored): the context from memory, and the
+            // stored run, if it is one (a paused run this request answers).
+            (Some(previous), Some(context)) => (
+                context.to_vec(),
+                self.inner.store.get_run(tenant_id, previous).await.ok(),
+            ),
+            (Some(previous), None) => {
                 let (history, run) = self.chain(tenant_id, previous).await?;
                 (history, Some(run))
             }
-            None => (Vec::new(), None),
+            (None, _) => (Vec::new(), None),
         };
         let prepared = self.prepare(
             &request,
-            &announced(history.iter().filter_map(Entry::item).chain(&input)),
+            &announced(
+                history
+                    .iter()
+                    .filter_map(Entry::item)
+                    .chain(&resolved.items),
+            ),
         )?;
-        let waiting = previous
-            .as_ref()
-            .filter(|p| p.state == RunState::RequiresAction)
-            .map(|p| pause::pending_approvals(&p.body))
-            .unwrap_or_default();
-        pause::check_outputs_match_calls(&history, &input, &waiting)?;
+        // The paused runs this request answers: the previous one, or those a replayed history
+        // answers (SPEC §9).
+        let replayed = previous.is_none();
+        let paused = match previous {
+            Some(previous) if previous.state == RunState::RequiresAction => vec![previous],
+            Some(_) => Vec::new(),
+            None => self.paused_by_replay(tenant_id, &resolved).await?,
+        };
+        let waiting: Vec<_> = paused
+            .iter()
+            .flat_map(|p| pause::pending_approvals(&p.body))
+            .collect();
+        // A replayed approval answer whose request was decided before is history: it never
+        // runs the call again.
+        let decided = |id: &str| {
+            replayed
+                && (resolved.knows_approval_request(id)
+                    || resolved
+                        .items
+                        .iter()
+                        .any(|item| matches!(item, Item::McpApprovalRequest(r) if r.id == id)))
+        };
+        pause::check_outputs_match_calls(&history, &resolved.items, &waiting, &decided)?;
+        let input = resolved.items;
         let mut decisions = Vec::new();
-        if let Some(previous) = previous
-            && previous.state == RunState::RequiresAction
-        {
-            // The standard continuation answers the paused run's calls (SPEC §9).
-            decisions = self.complete_by_continuation(previous, &input).await?;
+        for run in paused {
+            // The continuation answers the paused run's calls (SPEC §9).
+            let param = if replayed {
+                "input"
+            } else {
+                "previous_response_id"
+            };
+            decisions.extend(self.complete_by_continuation(run, &input, param).await?);
         }
 
         let id = ids::new(ids::RESPONSE);
@@ -114,6 +175,9 @@ impl Engine {
         }
         let mut context = history;
         context.extend(input.iter().cloned().map(Entry::Item));
+        if let Some(memory) = memory {
+            memory.started(&id, &context);
+        }
         let launch = Launch {
             tenant_id: tenant_id.to_string(),
             body,
@@ -511,7 +575,7 @@ fn initial_body(id: &str, model: &str, request: &CreateResponse) -> ResponseObje
         output: Vec::new(),
         parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
         previous_response_id: request.previous_response_id.clone(),
-        tools: request.tools.clone().unwrap_or_default(),
+        tools: echo_tools(request.tools.as_deref().unwrap_or_default()),
         tool_choice: request.tool_choice.clone().unwrap_or_else(|| json!("auto")),
         truncation: request
             .truncation
@@ -523,10 +587,10 @@ fn initial_body(id: &str, model: &str, request: &CreateResponse) -> ResponseObje
             .clone()
             .filter(Value::is_object)
             .unwrap_or_else(|| json!({"effort": null, "summary": null})),
-        temperature: request.temperature,
-        top_p: request.top_p,
-        presence_penalty: request.presence_penalty,
-        frequency_penalty: request.frequency_penalty,
+        temperature: request.temperature.unwrap_or(DEFAULT_TEMPERATURE),
+        top_p: request.top_p.unwrap_or(DEFAULT_TOP_P),
+        presence_penalty: request.presence_penalty.unwrap_or(DEFAULT_PENALTY),
+        frequency_penalty: request.frequency_penalty.unwrap_or(DEFAULT_PENALTY),
         top_logprobs: Some(request.top_logprobs.unwrap_or(0)),
         max_output_tokens: request.max_output_tokens,
         max_tool_calls: request.max_tool_calls,

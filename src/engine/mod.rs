@@ -11,6 +11,7 @@
 
 mod cancel;
 mod chain;
+mod compact;
 pub mod control;
 mod create;
 pub mod emitter;
@@ -21,6 +22,7 @@ mod lifecycle;
 mod maintenance;
 mod pause;
 mod recovery;
+mod replay;
 mod resume;
 mod run;
 mod toolset;
@@ -43,6 +45,7 @@ use crate::protocol::response::ResponseObject;
 pub use crate::store::{DEFAULT_TENANT, IdempotencyKey};
 use crate::store::{Order, RunStore, StoreError, StoredRun};
 use crate::tools::registry::ToolRegistry;
+pub use chain::SocketMemory;
 use control::LiveRuns;
 use hub::EventHub;
 
@@ -60,6 +63,9 @@ pub enum EngineError {
     /// The database cannot be reached: the client may try again.
     #[error("{0}")]
     Unavailable(String),
+    /// The upstream model failed a request that has no run (a compaction).
+    #[error("{}", .0.message)]
+    Upstream(UpstreamFailure),
     /// A fault of ours; the cause is for the log.
     #[error("{0}")]
     Internal(String),
@@ -232,7 +238,12 @@ impl Engine {
     }
 
     pub async fn get(&self, tenant_id: &str, id: &str) -> Result<ResponseObject, EngineError> {
-        Ok(self.get_run(tenant_id, id).await?.body)
+        let run = self.get_run(tenant_id, id).await?;
+        // A `store: false` run that stopped is being deleted: it is gone already.
+        if !run.body.store && run.state.is_final() {
+            return Err(EngineError::NotFound(id.to_string()));
+        }
+        Ok(run.body)
     }
 
     async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, EngineError> {

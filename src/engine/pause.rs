@@ -14,7 +14,8 @@ use crate::protocol::items::{
 };
 use crate::protocol::request::{CreateResponse, FieldError, SubmitToolOutputs};
 use crate::protocol::response::{
-    CallKind, PendingApproval, PendingWork, ResponseObject, ResponseStatus,
+    CallKind, DEFAULT_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, PendingApproval, PendingWork,
+    ResponseObject, ResponseStatus, unless_default,
 };
 use crate::protocol::transcript::Entry;
 use crate::store::{Change, RunState, StoreError, StoredRun, Transition};
@@ -46,12 +47,13 @@ fn quoted_list(ids: &[String]) -> String {
 }
 
 /// Every output in `input` must answer a call made earlier in the chain or in `input`, and
-/// every approval answer a request the previous run waits for (`pending`), so that an
-/// approved call runs once.
+/// every approval answer a request a paused run waits for (`pending`), so that an approved
+/// call runs once, or one `decided` before (a replayed answer, which runs nothing).
 pub(super) fn check_outputs_match_calls(
     history: &[Entry],
     input: &[Item],
     pending: &[PendingApproval],
+    decided: &dyn Fn(&str) -> bool,
 ) -> Result<(), EngineError> {
     let calls: HashSet<String> = history
         .iter()
@@ -63,6 +65,7 @@ pub(super) fn check_outputs_match_calls(
     for (index, item) in input.iter().enumerate() {
         if let Item::McpApprovalResponse(response) = item
             && !pending.iter().any(|r| r.id == response.approval_request_id)
+            && !decided(&response.approval_request_id)
         {
             return Err(FieldError::new(
                 format!("input[{index}]"),
@@ -99,10 +102,10 @@ pub(super) fn request_from_body(body: &ResponseObject) -> CreateResponse {
         tool_choice: Some(body.tool_choice.clone()),
         parallel_tool_calls: Some(body.parallel_tool_calls),
         max_tool_calls: body.max_tool_calls,
-        temperature: body.temperature,
-        top_p: body.top_p,
-        presence_penalty: body.presence_penalty,
-        frequency_penalty: body.frequency_penalty,
+        temperature: unless_default(body.temperature, DEFAULT_TEMPERATURE),
+        top_p: unless_default(body.top_p, DEFAULT_TOP_P),
+        presence_penalty: unless_default(body.presence_penalty, DEFAULT_PENALTY),
+        frequency_penalty: unless_default(body.frequency_penalty, DEFAULT_PENALTY),
         max_output_tokens: body.max_output_tokens,
         text: Some(body.text.clone()),
         reasoning: Some(body.reasoning.clone()),
@@ -172,11 +175,13 @@ impl Engine {
     }
 
     /// A continuation answered the paused run's calls: check it answered all, then the
-    /// paused run is `completed`.
+    /// paused run is `completed`. `param` names what referred to it (`previous_response_id`,
+    /// or `input` for a replayed history).
     pub(super) async fn complete_by_continuation(
         &self,
         previous: StoredRun,
         input: &[Item],
+        param: &str,
     ) -> Result<Vec<Decision>, EngineError> {
         let answered: HashSet<&str> = input
             .iter()
@@ -194,6 +199,7 @@ impl Engine {
             }
         }
         let requests = pending.approval_requests;
+        let asked: HashSet<&str> = requests.iter().map(|r| r.id.as_str()).collect();
         for request in &requests {
             let answered = input.iter().any(|item| {
                 matches!(item, Item::McpApprovalResponse(r) if r.approval_request_id == request.id)
@@ -209,10 +215,11 @@ impl Engine {
                 .into());
             }
         }
+        // Answers to this run's requests (a replayed history may hold older ones too).
         let answers: Vec<(String, bool, Option<String>)> = input
             .iter()
             .filter_map(|item| match item {
-                Item::McpApprovalResponse(r) => {
+                Item::McpApprovalResponse(r) if asked.contains(r.approval_request_id.as_str()) => {
                     Some((r.approval_request_id.clone(), r.approve, r.reason.clone()))
                 }
                 _ => None,
@@ -232,15 +239,21 @@ impl Engine {
         };
         match self.inner.store.transition(&change).await {
             Ok(_) => Ok(decisions),
-            Err(StoreError::Conflict { actual }) => Err(FieldError::new(
-                "previous_response_id",
-                format!(
-                    "Previous response with id '{}' is no longer waiting for tool outputs (it is {}).",
-                    body.id,
-                    actual.as_str()
-                ),
-            )
-            .into()),
+            Err(StoreError::Conflict { actual }) => {
+                let which = match param {
+                    "previous_response_id" => "Previous response",
+                    _ => "Response",
+                };
+                Err(FieldError::new(
+                    param,
+                    format!(
+                        "{which} with id '{}' is no longer waiting for tool outputs (it is {}).",
+                        body.id,
+                        actual.as_str()
+                    ),
+                )
+                .into())
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -12,7 +12,7 @@ use crate::protocol::items::McpToolInfo;
 use crate::protocol::request::FieldError;
 use crate::protocol::response::CallKind;
 use crate::protocol::tools::{
-    AllowedRef, ApprovalPolicy, CustomTool, FunctionTool, McpTool, ToolChoice, ToolDecl,
+    AllowedRef, ApprovalPolicy, CustomTool, FunctionTool, McpTool, Namespace, ToolChoice, ToolDecl,
 };
 use crate::tools::ToolKind;
 use crate::tools::registry::{RegisteredTool, ToolRegistry, compile_schema};
@@ -50,6 +50,8 @@ pub struct ToolEntry {
     pub callable: bool,
     /// A server call of this tool waits for the client's approval.
     pub needs_approval: bool,
+    /// The namespace a request declared the tool in; its calls carry it.
+    pub namespace: Option<String>,
 }
 
 /// The resolved tools of a run.
@@ -89,16 +91,19 @@ impl ToolSet {
         for (index, decl) in decls.iter().enumerate() {
             let path = format!("tools[{index}]");
             match decl {
-                ToolDecl::Function(function) => resolving.function(&path, function)?,
-                ToolDecl::Custom(custom) => resolving.custom(&path, custom)?,
+                ToolDecl::Function(function) => resolving.function(&path, function, None)?,
+                ToolDecl::Custom(custom) => resolving.custom(&path, custom, None)?,
                 ToolDecl::LocalShell => resolving.local_shell(&path)?,
                 ToolDecl::Mcp(mcp) => resolving.server(registry, index, &path, mcp)?,
+                ToolDecl::Namespace(namespace) => resolving.namespace(&path, namespace)?,
+                ToolDecl::Hosted(kind) => resolving.hosted(registry, index, &path, kind)?,
             }
         }
         let Resolving {
             mut set, servers, ..
         } = resolving;
-        set.apply_choice(choice, &servers)?;
+        let choice = choice.map(|c| hosted_choice(registry, c)).transpose()?;
+        set.apply_choice(choice.as_ref(), &servers)?;
         Ok(set)
     }
 
@@ -122,6 +127,13 @@ impl ToolSet {
         };
         match choice {
             None | Some(ToolChoice::Auto) => {}
+            // Resolved to its tool server before (`hosted_choice`).
+            Some(ToolChoice::Hosted(kind)) => {
+                return Err(FieldError::new(
+                    "tool_choice.type",
+                    format!("Tool type '{kind}' is not offered by this service."),
+                ));
+            }
             Some(ToolChoice::None) => self.restrict(|_, _| false),
             Some(ToolChoice::Required) => {
                 if self.entries.is_empty() {
@@ -175,6 +187,7 @@ impl ToolSet {
                         AllowedRef::Server(label) => {
                             entry.server_label.as_deref() == Some(label.as_str())
                         }
+                        AllowedRef::Hosted(_) => false,
                     })
                 });
                 self.choice = Some(json!(if *required { "required" } else { "auto" }));
@@ -188,6 +201,39 @@ impl ToolSet {
             entry.callable = entry.callable && keep(name, entry);
         }
     }
+}
+
+/// A `tool_choice` naming hosted tool types, as the tool servers they are mapped to: forcing a
+/// hosted tool this service does not offer is the client's error.
+fn hosted_choice(registry: &ToolRegistry, choice: &ToolChoice) -> Result<ToolChoice, FieldError> {
+    let server = |kind: &str, param: &str| {
+        registry.hosted(kind).map(str::to_string).ok_or_else(|| {
+            FieldError::new(
+                param,
+                format!(
+                    "Tool type '{kind}' is not offered by this service (no tool server is configured for it), so tool_choice cannot require it."
+                ),
+            )
+        })
+    };
+    Ok(match choice {
+        ToolChoice::Hosted(kind) => ToolChoice::Server(server(kind, "tool_choice.type")?),
+        ToolChoice::Allowed { required, tools } => ToolChoice::Allowed {
+            required: *required,
+            tools: tools
+                .iter()
+                .enumerate()
+                .map(|(index, reference)| match reference {
+                    AllowedRef::Hosted(kind) => {
+                        server(kind, &format!("tool_choice.tools[{index}].type"))
+                            .map(AllowedRef::Server)
+                    }
+                    other => Ok(other.clone()),
+                })
+                .collect::<Result<_, _>>()?,
+        },
+        other => other.clone(),
+    })
 }
 
 /// Function names as the chat API accepts them.
@@ -248,6 +294,7 @@ impl Resolving {
         spec: ToolSpec,
         source: String,
         path: &str,
+        namespace: Option<&str>,
     ) -> Result<(), FieldError> {
         let name = spec.name.clone();
         let entry = ToolEntry {
@@ -256,11 +303,62 @@ impl Resolving {
             spec,
             callable: true,
             needs_approval: false,
+            namespace: namespace.map(str::to_string),
         };
         self.add(&name, source, path, entry)
     }
 
-    fn function(&mut self, path: &str, function: &FunctionTool) -> Result<(), FieldError> {
+    /// A namespace's tools, each shown to the model under its own name (a name clash with
+    /// any other tool is refused as always).
+    fn namespace(&mut self, path: &str, namespace: &Namespace) -> Result<(), FieldError> {
+        check_name(&namespace.name, &format!("{path}.name"))?;
+        for (index, decl) in namespace.tools.iter().enumerate() {
+            let path = format!("{path}.tools[{index}]");
+            let name = Some(namespace.name.as_str());
+            match decl {
+                ToolDecl::Function(function) => self.function(&path, function, name)?,
+                ToolDecl::Custom(custom) => self.custom(&path, custom, name)?,
+                // The parser lets nothing else into a namespace.
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A hosted tool type: the tool server the operator maps it to, as if the request had
+    /// enabled that server; without a mapping it is left out of what the model sees (it
+    /// stays in the echoed `tools`), and logged once per type.
+    fn hosted(
+        &mut self,
+        registry: &ToolRegistry,
+        index: usize,
+        path: &str,
+        kind: &str,
+    ) -> Result<(), FieldError> {
+        let Some(label) = registry.hosted(kind) else {
+            log_unmapped_once(kind);
+            return Ok(());
+        };
+        if self.servers.contains_key(label) {
+            // The request enabled the server itself too: once is enough.
+            return Ok(());
+        }
+        let mcp = McpTool {
+            server_label: label.to_string(),
+            allowed_tools: None,
+            require_approval: None,
+            server_url: None,
+            connector_id: None,
+        };
+        self.server(registry, index, path, &mcp)
+    }
+
+    fn function(
+        &mut self,
+        path: &str,
+        function: &FunctionTool,
+        namespace: Option<&str>,
+    ) -> Result<(), FieldError> {
         check_name(&function.name, &format!("{path}.name"))?;
         let parameters = function
             .parameters
@@ -278,10 +376,21 @@ impl Resolving {
             parameters,
             strict: function.strict,
         };
-        self.client(CallKind::Function, spec, format!("{path} (function)"), path)
+        self.client(
+            CallKind::Function,
+            spec,
+            format!("{path} (function)"),
+            path,
+            namespace,
+        )
     }
 
-    fn custom(&mut self, path: &str, custom: &CustomTool) -> Result<(), FieldError> {
+    fn custom(
+        &mut self,
+        path: &str,
+        custom: &CustomTool,
+        namespace: Option<&str>,
+    ) -> Result<(), FieldError> {
         check_name(&custom.name, &format!("{path}.name"))?;
         let mut description = custom.description.clone().unwrap_or_default();
         if let Some(format) = &custom.format {
@@ -293,7 +402,13 @@ impl Resolving {
             parameters: json!({"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}),
             strict: None,
         };
-        self.client(CallKind::Custom, spec, format!("{path} (custom)"), path)
+        self.client(
+            CallKind::Custom,
+            spec,
+            format!("{path} (custom)"),
+            path,
+            namespace,
+        )
     }
 
     fn local_shell(&mut self, path: &str) -> Result<(), FieldError> {
@@ -310,6 +425,7 @@ impl Resolving {
             spec,
             format!("{path} (local_shell)"),
             path,
+            None,
         )
     }
 
@@ -322,23 +438,35 @@ impl Resolving {
         path: &str,
         mcp: &McpTool,
     ) -> Result<(), FieldError> {
-        if mcp.server_url.is_some() || mcp.connector_id.is_some() {
-            return Err(FieldError::new(
-                format!("{path}.server_url"),
-                "Remote MCP servers given by URL are not supported; name a tool server configured by the operator with 'server_label'.",
-            ));
-        }
         let label = &mcp.server_label;
         let Some(server) = registry.server(label) else {
-            let known: Vec<&str> = registry.servers().map(|s| s.label.as_str()).collect();
+            // A server named by URL alone is not one the operator configured.
+            let by = [
+                ("server_url", &mcp.server_url),
+                ("connector_id", &mcp.connector_id),
+            ]
+            .into_iter()
+            .find(|(_, value)| value.is_some());
+            if let Some((field, _)) = by {
+                return Err(FieldError::new(
+                    format!("{path}.{field}"),
+                    format!(
+                        "Tool servers given by '{field}' are not supported; '{label}' is not a tool server configured by the operator. Configured tool servers: {}.",
+                        known_servers(registry)
+                    ),
+                ));
+            }
             return Err(FieldError::new(
                 format!("{path}.server_label"),
                 format!(
                     "Unknown tool server '{label}'. Configured tool servers: {}.",
-                    known.join(", ")
+                    known_servers(registry)
                 ),
             ));
         };
+        // A `server_url` or `connector_id` beside the label of a configured server is taken as
+        // naming it (the Vercel AI SDK always sends one): the operator's configuration says
+        // where the server is, and the request cannot send its calls anywhere else.
         if let Some(first) = self.servers.insert(label.clone(), index) {
             return Err(FieldError::new(
                 format!("{path}.server_label"),
@@ -393,11 +521,31 @@ impl Resolving {
                 spec,
                 callable: true,
                 needs_approval,
+                namespace: None,
             };
             let source = format!("{path} (tool server '{label}')");
             self.add(tool.name(), source, path, entry)?;
         }
         self.set.listings.push((label.clone(), listed));
         Ok(())
+    }
+}
+
+/// The configured tool servers, for error messages.
+fn known_servers(registry: &ToolRegistry) -> String {
+    let known: Vec<&str> = registry.servers().map(|s| s.label.as_str()).collect();
+    known.join(", ")
+}
+
+/// Logs, once per tool type and process, that requests carry a hosted tool nobody runs here.
+fn log_unmapped_once(kind: &str) {
+    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+    if !logged.iter().any(|k| k == kind) {
+        logged.push(kind.to_string());
+        tracing::warn!(
+            tool_type = kind,
+            "requests carry the hosted tool type {kind:?}, which no tool server is configured for (tools.hosted); it is left out of what the model sees"
+        );
     }
 }

@@ -223,6 +223,9 @@ fn chat_tool_choice(choice: &Value) -> Value {
     }
 }
 
+/// How a compaction item's summary is introduced to the model.
+pub const COMPACTION_PREFIX: &str = "[Summary of the earlier conversation]";
+
 /// Items → chat messages. Consecutive calls (client functions and server calls) become one
 /// assistant message with several `tool_calls`, each directly followed by its result, as
 /// chat-completions requires; tool listings are not part of the conversation.
@@ -283,6 +286,11 @@ fn chat_messages(request: &ModelRequest) -> Vec<Value> {
                 };
                 messages.push(json!({"role": role, "content": chat_content(&message.content)}));
             }
+            // A user message, which every compatible server accepts anywhere.
+            Item::Compaction(compaction) => messages.push(json!({
+                "role": "user",
+                "content": format!("{COMPACTION_PREFIX}\n{}", compaction.encrypted_content),
+            })),
             other => {
                 if let Some((call_id, text)) = other.as_output()
                     && !called.contains(call_id)
@@ -643,6 +651,7 @@ mod tests {
             role: Role::User,
             content: vec![ContentPart::InputText { text: text.into() }],
             status: None,
+            phase: None,
         })
     }
 
@@ -655,6 +664,7 @@ mod tests {
                 name: "f".into(),
                 arguments: "{}".into(),
                 status: None,
+                namespace: None,
             })
         };
         let request = ModelRequest {

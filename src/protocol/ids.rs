@@ -13,6 +13,9 @@ pub const MCP_LIST_TOOLS: &str = "mcpl";
 pub const MCP_APPROVAL_REQUEST: &str = "mcpr";
 pub const MCP_APPROVAL_RESPONSE: &str = "mcpa";
 pub const REASONING: &str = "rs";
+/// A compaction item, and the `response.compaction` object that returns it.
+pub const COMPACTION: &str = "cmp";
+pub const COMPACTION_RESULT: &str = "cmpr";
 
 /// A new id of the given kind, e.g. `new(RESPONSE)` = `resp_0193…`.
 pub fn new(prefix: &str) -> String {

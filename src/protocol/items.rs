@@ -24,6 +24,11 @@ pub enum Item {
     LocalShellCallOutput(CallOutput),
     McpApprovalRequest(McpApprovalRequest),
     McpApprovalResponse(McpApprovalResponse),
+    /// A compacted stretch of conversation (from `POST /v1/responses/compact`).
+    Compaction(Compaction),
+    /// The model's reasoning, as a client replays it (Codex replays what it received);
+    /// accepted and kept, not shown to the model again.
+    Reasoning(Reasoning),
 }
 
 impl Item {
@@ -39,6 +44,8 @@ impl Item {
             Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => &o.id,
             Item::McpApprovalRequest(r) => &r.id,
             Item::McpApprovalResponse(r) => &r.id,
+            Item::Compaction(c) => &c.id,
+            Item::Reasoning(r) => &r.id,
         }
     }
 
@@ -86,6 +93,8 @@ impl Item {
             Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => &mut o.status,
             Item::McpApprovalRequest(r) => &mut r.status,
             Item::McpApprovalResponse(r) => &mut r.status,
+            Item::Compaction(c) => &mut c.status,
+            Item::Reasoning(r) => &mut r.status,
         }
     }
 
@@ -139,6 +148,9 @@ impl Item {
                 ids::assign(&mut r.id, ids::MCP_APPROVAL_RESPONSE);
                 r.status.get_or_insert(ItemStatus::Completed);
             }
+            // Kept as given: the standard item has no status.
+            Item::Compaction(c) => ids::assign(&mut c.id, ids::COMPACTION),
+            Item::Reasoning(r) => ids::assign(&mut r.id, ids::REASONING),
         }
     }
 }
@@ -172,6 +184,17 @@ pub struct Message {
     pub content: Vec<ContentPart>,
     #[serde(default)]
     pub status: Option<ItemStatus>,
+    /// Of an assistant message: whether it is commentary on the way or the final answer
+    /// (Open Responses); kept as the client sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Commentary,
+    FinalAnswer,
 }
 
 impl Message {
@@ -182,6 +205,7 @@ impl Message {
             role: Role::Assistant,
             content: Vec::new(),
             status: Some(ItemStatus::InProgress),
+            phase: None,
         }
     }
 
@@ -294,6 +318,9 @@ pub struct FunctionCall {
     pub arguments: String,
     #[serde(default)]
     pub status: Option<ItemStatus>,
+    /// The namespace the called function was declared in (a `namespace` tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// The client's output for a function call.
@@ -340,8 +367,11 @@ pub struct McpListTools {
     #[serde(default)]
     pub id: String,
     pub server_label: String,
-    pub tools: Vec<McpToolInfo>,
+    /// Left out by a client replaying the listing by id; filled from the stored one.
     #[serde(default)]
+    pub tools: Vec<McpToolInfo>,
+    /// Left out when there is none: the Vercel AI SDK's parser rejects `null` here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(default)]
     pub status: Option<ItemStatus>,
@@ -350,9 +380,12 @@ pub struct McpListTools {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct McpToolInfo {
     pub name: String,
+    /// Left out when there is none (the Vercel AI SDK's parser rejects `null` here too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub input_schema: Value,
-    #[serde(default)]
+    /// Left out when there are none (see [`McpListTools::error`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
 }
 
@@ -394,7 +427,8 @@ impl McpCall {
                 format!("Error: {message}")
             }
             (None, Some(output)) => output.clone(),
-            (None, None) => String::new(),
+            // Never an empty result for a call that may have had one: say it is unknown.
+            (None, None) => "No output was provided for this call.".into(),
         }
     }
 }
@@ -474,5 +508,35 @@ pub struct McpApprovalResponse {
     #[serde(default)]
     pub reason: Option<String>,
     #[serde(default)]
+    pub status: Option<ItemStatus>,
+}
+
+/// A compacted window of conversation: what the model summarised of it. The standard calls
+/// the field `encrypted_content`; this service keeps the summary there as plain text (it is
+/// the client's own conversation), and shows it to the model as such.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Compaction {
+    #[serde(default)]
+    pub id: String,
+    pub encrypted_content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ItemStatus>,
+}
+
+/// A reasoning item: its summary parts and, where a provider sent them, its text or
+/// encrypted content, kept as given.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub summary: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,
 }

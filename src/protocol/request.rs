@@ -57,6 +57,8 @@ pub struct CreateResponse {
     pub include: Option<Vec<String>>,
     pub prompt: Option<Value>,
     pub conversation: Option<Value>,
+    /// Accepted for compatibility (Codex sends it); not stored or echoed.
+    pub client_metadata: Option<Value>,
 }
 
 /// Metadata limits of the Responses API.
@@ -131,8 +133,9 @@ impl CreateResponse {
         Ok(())
     }
 
-    /// The input as items: a string is one user message. Each item gets an id.
-    pub fn input_items(&self) -> Result<Vec<Item>, FieldError> {
+    /// The input as items: a string is one user message. Each item gets an id;
+    /// `item_reference`s are left for the engine to resolve.
+    pub fn input_entries(&self) -> Result<Vec<InputEntry>, FieldError> {
         parse_input(self.input.as_ref())
     }
 
@@ -229,16 +232,25 @@ fn validate_metadata(metadata: &Map<String, Value>) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// One entry of `input`: an item, or a reference to an item of an earlier response (its id),
+/// which only the store can resolve.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputEntry {
+    Item(Item),
+    Reference(String),
+}
+
 /// Parses `input`: a string, or a list of items where a bare `{role, content}` is a message.
-pub fn parse_input(input: Option<&Value>) -> Result<Vec<Item>, FieldError> {
+pub fn parse_input(input: Option<&Value>) -> Result<Vec<InputEntry>, FieldError> {
     let mut items = match input {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(text)) => vec![Item::Message(super::items::Message {
+        Some(Value::String(text)) => vec![InputEntry::Item(Item::Message(super::items::Message {
             id: String::new(),
             role: super::items::Role::User,
             content: vec![super::items::ContentPart::InputText { text: text.clone() }],
             status: None,
-        })],
+            phase: None,
+        }))],
         Some(Value::Array(values)) => {
             let mut items = Vec::with_capacity(values.len());
             for (index, value) in values.iter().enumerate() {
@@ -256,13 +268,30 @@ pub fn parse_input(input: Option<&Value>) -> Result<Vec<Item>, FieldError> {
             ));
         }
     };
-    for item in &mut items {
-        item.normalise();
+    for entry in &mut items {
+        if let InputEntry::Item(item) = entry {
+            item.normalise();
+        }
     }
     Ok(items)
 }
 
-fn parse_item(value: &Value, path: &str) -> Result<Item, FieldError> {
+fn parse_item(value: &Value, path: &str) -> Result<InputEntry, FieldError> {
+    if value.get("type").and_then(Value::as_str) == Some("item_reference") {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Reference {
+            #[serde(rename = "type")]
+            _kind: String,
+            id: String,
+        }
+        let reference: Reference = typed(value.clone(), path)?;
+        return Ok(InputEntry::Reference(reference.id));
+    }
+    parse_plain_item(value, path).map(InputEntry::Item)
+}
+
+fn parse_plain_item(value: &Value, path: &str) -> Result<Item, FieldError> {
     let mut value = value.clone();
     if let Value::Object(object) = &mut value
         && !object.contains_key("type")
@@ -284,10 +313,12 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, FieldError> {
         Some("local_shell_call_output") => typed(value, path).map(Item::LocalShellCallOutput),
         Some("mcp_approval_request") => typed(value, path).map(Item::McpApprovalRequest),
         Some("mcp_approval_response") => typed(value, path).map(Item::McpApprovalResponse),
+        Some("compaction") => typed(value, path).map(Item::Compaction),
+        Some("reasoning") => typed(value, path).map(Item::Reasoning),
         Some(other) => Err(FieldError::new(
             format!("{path}.type"),
             format!(
-                "Invalid value for '{path}.type': '{other}'. Expected one of 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'local_shell_call', 'local_shell_call_output', 'mcp_list_tools', 'mcp_call', 'mcp_approval_request', 'mcp_approval_response'."
+                "Invalid value for '{path}.type': '{other}'. Expected one of 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'local_shell_call', 'local_shell_call_output', 'mcp_list_tools', 'mcp_call', 'mcp_approval_request', 'mcp_approval_response', 'compaction', 'reasoning', 'item_reference'."
             ),
         )),
         None => Err(FieldError::new(
@@ -397,4 +428,17 @@ pub struct ListInputItems {
 pub struct RetrieveResponse {
     pub stream: Option<bool>,
     pub starting_after: Option<u64>,
+}
+
+/// `POST /v1/responses/compact` (Open Responses): a context window to compact.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactRequest {
+    pub model: Option<String>,
+    /// A string or a list of items, as in `POST /v1/responses`.
+    pub input: Option<Value>,
+    pub previous_response_id: Option<String>,
+    pub instructions: Option<String>,
+    /// Accepted for compatibility.
+    pub prompt_cache_key: Option<String>,
 }

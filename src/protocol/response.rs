@@ -36,10 +36,17 @@ pub struct ResponseObject {
     pub truncation: String,
     pub text: Value,
     pub reasoning: Value,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
+    /// The sampling settings used: the request's, else the defaults (numbers, never `null`:
+    /// the Open Responses schema requires numbers). Bodies stored before they were always
+    /// numbers read `null` as the default.
+    #[serde(deserialize_with = "one_if_null")]
+    pub temperature: f64,
+    #[serde(deserialize_with = "one_if_null")]
+    pub top_p: f64,
+    #[serde(deserialize_with = "zero_if_null")]
+    pub presence_penalty: f64,
+    #[serde(deserialize_with = "zero_if_null")]
+    pub frequency_penalty: f64,
     pub top_logprobs: Option<u32>,
     pub max_output_tokens: Option<u64>,
     pub max_tool_calls: Option<u64>,
@@ -53,6 +60,26 @@ pub struct ResponseObject {
     pub usage: Option<Usage>,
     /// Extension: non-null while the run waits for the client (SPEC §3).
     pub required_action: Option<RequiredAction>,
+}
+
+/// The defaults of the sampling settings, echoed when a request leaves them out.
+pub const DEFAULT_TEMPERATURE: f64 = 1.0;
+pub const DEFAULT_TOP_P: f64 = 1.0;
+pub const DEFAULT_PENALTY: f64 = 0.0;
+
+fn one_if_null<'de, D: serde::Deserializer<'de>>(de: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(de)?.unwrap_or(1.0))
+}
+
+fn zero_if_null<'de, D: serde::Deserializer<'de>>(de: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(de)?.unwrap_or(0.0))
+}
+
+/// A sampling setting to send upstream: none when it is the default, so that a provider
+/// whose own default differs keeps it (a stored body no longer says whether the client set
+/// the default explicitly).
+pub fn unless_default(value: f64, default: f64) -> Option<f64> {
+    (value != default).then_some(value)
 }
 
 /// What a paused run waits for (SPEC §3): outputs of the client's calls, and answers to
@@ -201,4 +228,16 @@ pub struct Model {
 pub struct ModelList {
     pub object: &'static str,
     pub data: Vec<Model>,
+}
+
+/// The answer of `POST /v1/responses/compact`: the compacted window, to be sent as the input
+/// of a new response (it is not stored and has no response id).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Compacted {
+    pub id: String,
+    /// Always `response.compaction`.
+    pub object: String,
+    pub output: Vec<Item>,
+    pub created_at: i64,
+    pub usage: Usage,
 }

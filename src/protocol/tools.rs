@@ -18,6 +18,50 @@ pub enum ToolDecl {
     Custom(CustomTool),
     /// The client's shell.
     LocalShell,
+    /// A group of function and custom tools (Codex sends them): the model sees its tools
+    /// as they are, and their calls carry the namespace.
+    Namespace(Namespace),
+    /// A tool the provider hosts (`web_search`, `code_interpreter`, …): run by the tool
+    /// server the operator maps its type to, otherwise not shown to the model.
+    Hosted(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Namespace {
+    pub name: String,
+    pub description: Option<String>,
+    /// Only `Function` and `Custom` entries.
+    pub tools: Vec<ToolDecl>,
+}
+
+/// Tool types the OpenAI API hosts itself, which clients may send as they are. Any other
+/// unknown type is refused, so that a misspelt type is an error, not a silently dropped tool.
+const HOSTED_TOOL_TYPES: &[&str] = &[
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer_use_preview",
+    "computer_use",
+    "shell",
+    "apply_patch",
+    "tool_search",
+    "image_gen",
+];
+
+/// Whether `kind` names a hosted tool type (dated variants such as
+/// `web_search_preview_2025_03_11` included).
+pub fn is_hosted_type(kind: &str) -> bool {
+    HOSTED_TOOL_TYPES.iter().any(|hosted| {
+        kind == *hosted
+            || kind
+                .strip_prefix(hosted)
+                .and_then(|rest| rest.strip_prefix('_'))
+                .is_some_and(|date| {
+                    !date.is_empty() && date.chars().all(|c| c.is_ascii_digit() || c == '_')
+                })
+    })
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -146,22 +190,77 @@ pub fn parse_tools(values: &[Value]) -> Result<Vec<ToolDecl>, FieldError> {
     values
         .iter()
         .enumerate()
-        .map(|(index, value)| {
-            let path = format!("tools[{index}]");
-            match value.get("type").and_then(Value::as_str) {
-                Some("function") => typed(value.clone(), &path).map(ToolDecl::Function),
-                Some("mcp") => typed(value.clone(), &path).map(ToolDecl::Mcp),
-                Some("custom") => typed(value.clone(), &path).map(ToolDecl::Custom),
-                Some("local_shell") => Ok(ToolDecl::LocalShell),
-                Some(other) => Err(FieldError::new(
-                    format!("{path}.type"),
-                    format!("Tools of type '{other}' are not supported by this service; use 'function', 'custom', 'local_shell' or 'mcp'."),
-                )),
-                None => Err(FieldError::new(
-                    format!("{path}.type"),
-                    format!("Missing required parameter: '{path}.type'."),
-                )),
+        .map(|(index, value)| parse_tool(value, &format!("tools[{index}]"), true))
+        .collect()
+}
+
+/// One entry of `tools` (or of a namespace's `tools`, where only functions and custom tools
+/// may be).
+fn parse_tool(value: &Value, path: &str, top_level: bool) -> Result<ToolDecl, FieldError> {
+    match value.get("type").and_then(Value::as_str) {
+        Some("function") => typed(value.clone(), path).map(ToolDecl::Function),
+        Some("custom") => typed(value.clone(), path).map(ToolDecl::Custom),
+        Some("mcp") if top_level => typed(value.clone(), path).map(ToolDecl::Mcp),
+        Some("local_shell") if top_level => Ok(ToolDecl::LocalShell),
+        Some("namespace") if top_level => parse_namespace(value, path),
+        Some(hosted) if top_level && is_hosted_type(hosted) => {
+            Ok(ToolDecl::Hosted(hosted.to_string()))
+        }
+        Some(other) if top_level => Err(FieldError::new(
+            format!("{path}.type"),
+            format!(
+                "Tools of type '{other}' are not supported by this service; use 'function', 'custom', 'local_shell', 'namespace', 'mcp' or a hosted tool type."
+            ),
+        )),
+        Some(other) => Err(FieldError::new(
+            format!("{path}.type"),
+            format!("A namespace holds 'function' and 'custom' tools, not '{other}'."),
+        )),
+        None => Err(FieldError::new(
+            format!("{path}.type"),
+            format!("Missing required parameter: '{path}.type'."),
+        )),
+    }
+}
+
+fn parse_namespace(value: &Value, path: &str) -> Result<ToolDecl, FieldError> {
+    #[derive(Deserialize)]
+    struct Raw {
+        name: String,
+        #[serde(default)]
+        description: Option<String>,
+        tools: Vec<Value>,
+    }
+    let raw: Raw = typed(value.clone(), path)?;
+    let tools = raw
+        .tools
+        .iter()
+        .enumerate()
+        .map(|(index, tool)| parse_tool(tool, &format!("{path}.tools[{index}]"), false))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ToolDecl::Namespace(Namespace {
+        name: raw.name,
+        description: raw.description,
+        tools,
+    }))
+}
+
+/// `tools` as the Response object echoes them: as the request gave them, with every key of a
+/// `function` tool's standard shape present (`description`, `parameters` and `strict` are
+/// `null` when the request left them out; strict clients reject a missing key).
+pub fn echo_tools(values: &[Value]) -> Vec<Value> {
+    values
+        .iter()
+        .map(|value| {
+            let mut value = value.clone();
+            if let Value::Object(tool) = &mut value
+                && tool.get("type").and_then(Value::as_str) == Some("function")
+            {
+                for key in ["description", "parameters", "strict"] {
+                    tool.entry(key).or_insert(Value::Null);
+                }
             }
+            value
         })
         .collect()
 }
@@ -176,6 +275,8 @@ pub enum ToolChoice {
     Named(String),
     /// Some tool of this server.
     Server(String),
+    /// A hosted tool type (`{"type": "web_search"}`).
+    Hosted(String),
     /// Only these tools; `required` forces a call.
     Allowed {
         required: bool,
@@ -188,6 +289,7 @@ pub enum ToolChoice {
 pub enum AllowedRef {
     Named(String),
     Server(String),
+    Hosted(String),
 }
 
 pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
@@ -255,6 +357,7 @@ pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
                         match parse_tool_choice(entry) {
                             Ok(ToolChoice::Named(name)) => tools.push(AllowedRef::Named(name)),
                             Ok(ToolChoice::Server(label)) => tools.push(AllowedRef::Server(label)),
+                            Ok(ToolChoice::Hosted(kind)) => tools.push(AllowedRef::Hosted(kind)),
                             Ok(_) => {
                                 return Err(FieldError::new(
                                     path,
@@ -271,10 +374,11 @@ pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
                     }
                     Ok(ToolChoice::Allowed { required, tools })
                 }
+                Some(hosted) if is_hosted_type(hosted) => Ok(ToolChoice::Hosted(hosted.into())),
                 Some(other) => Err(FieldError::new(
                     "tool_choice.type",
                     format!(
-                        "Invalid value: '{other}'. Supported values are: 'function', 'custom', 'mcp' and 'allowed_tools'."
+                        "Invalid value: '{other}'. Supported values are: 'function', 'custom', 'mcp', 'allowed_tools' and hosted tool types."
                     ),
                 )),
                 None => Err(FieldError::new(

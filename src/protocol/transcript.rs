@@ -86,6 +86,7 @@ mod tests {
                 role: Role::Assistant,
                 content: Vec::new(),
                 status: None,
+                phase: None,
             })),
             Entry::TurnEnd,
         ];

@@ -229,6 +229,7 @@ impl WriteBatch<'_> {
 #[derive(Clone, Debug)]
 pub struct RunEnding {
     pub id: String,
+    pub tenant_id: String,
     /// From `in_progress`, under the writer's lease.
     pub transition: Transition,
     pub body: ResponseObject,
@@ -283,6 +284,17 @@ pub struct StoredRun {
 pub struct Saved {
     /// A client asked to cancel the run (through another instance).
     pub cancel_requested: bool,
+}
+
+/// An item found by its id (or a client call by its call id) among a tenant's runs.
+#[derive(Clone, Debug)]
+pub struct FoundItem {
+    pub response_id: String,
+    pub item: Item,
+    /// An item the run produced (else one of its input items).
+    pub output: bool,
+    /// The state its run is in.
+    pub state: RunState,
 }
 
 /// Order of a page of input items.
@@ -414,6 +426,12 @@ pub trait RunStore: Send + Sync + 'static {
         order: Order,
         after: Option<&str>,
     ) -> Result<(Vec<Item>, bool), StoreError>;
+
+    /// The items with these ids among the tenant's runs: output items of paused and stopped
+    /// runs (also found by the call id of a client call), then input items. An id may be
+    /// found more than once (an input item replayed into several runs).
+    async fn find_items(&self, tenant_id: &str, ids: &[&str])
+    -> Result<Vec<FoundItem>, StoreError>;
 
     /// Deletes a run with its items and events.
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;

@@ -165,6 +165,16 @@ impl PostgresStore {
     ) -> Result<(Vec<String>, Vec<String>), StoreError> {
         let new = RunColumns::of(runs)?;
         let ending = EndingColumns::of(endings)?;
+        let mut indexed = Vec::new();
+        for e in endings {
+            indexed.extend(sql::indexed_items(
+                &e.id,
+                &e.tenant_id,
+                &e.body,
+                e.transition.to(),
+            )?);
+        }
+        let output = OutputColumns::of(&indexed);
         let closing = endings.iter().flat_map(|e| &e.events);
         let all = EventColumns::of(
             new.first_events
@@ -223,6 +233,12 @@ impl PostgresStore {
                 WHERE e.response_id = ANY($1::text[])
                     OR e.response_id IN (SELECT id FROM held)
                     OR e.response_id IN (SELECT id FROM ended)
+            ), indexed AS (
+                INSERT INTO output_items (response_id, item_id, tenant_id, call_id, item)
+                SELECT * FROM UNNEST($33::text[], $34::text[], $35::text[], $36::text[],
+                    $37::text[]) AS o (response_id, item_id, tenant_id, call_id, item)
+                WHERE o.response_id IN (SELECT id FROM ended)
+                ON CONFLICT DO NOTHING
             ), announced AS (
                 SELECT pg_notify($31, id) FROM UNNEST($32::text[]) AS id
             )
@@ -261,6 +277,11 @@ impl PostgresStore {
         .bind(ending.from)
         .bind(EVENTS_CHANNEL)
         .bind(all.announced)
+        .bind(output.runs)
+        .bind(output.ids)
+        .bind(output.tenants)
+        .bind(output.calls)
+        .bind(output.items)
         .fetch_one(conn)
         .await?;
         Ok((held, ended))
@@ -443,6 +464,28 @@ impl RunStore for PostgresStore {
             .bind(items.items)
             .execute(&mut *tx)
             .await?;
+        }
+        if let Some(body) = change.body {
+            let tenant_id: String = sqlx::query_scalar(sql::TENANT_OF)
+                .bind(change.id)
+                .fetch_one(&mut *tx)
+                .await?;
+            let indexed = sql::indexed_items(change.id, &tenant_id, body, change.transition.to())?;
+            if !indexed.is_empty() {
+                let columns = OutputColumns::of(&indexed);
+                sqlx::query(
+                    "INSERT INTO output_items (response_id, item_id, tenant_id, call_id, item) \
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], \
+                     $5::text[]) ON CONFLICT DO NOTHING",
+                )
+                .bind(columns.runs)
+                .bind(columns.ids)
+                .bind(columns.tenants)
+                .bind(columns.calls)
+                .bind(columns.items)
+                .execute(&mut *tx)
+                .await?;
+            }
         }
         let next = Self::last_sequence(&mut tx, change.id)
             .await?
@@ -644,6 +687,34 @@ impl RunStore for PostgresStore {
         sql::items(rows)
     }
 
+    async fn find_items(
+        &self,
+        tenant_id: &str,
+        ids: &[&str],
+    ) -> Result<Vec<super::FoundItem>, StoreError> {
+        let ids: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| findable(id).is_ok())
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<sql::FoundRow> = sqlx::query_as(
+            "SELECT o.response_id, o.item, TRUE AS output, r.state FROM output_items o \
+             JOIN responses r ON r.id = o.response_id \
+             WHERE o.tenant_id = $1 AND (o.item_id = ANY($2) OR o.call_id = ANY($2)) \
+             UNION ALL SELECT i.response_id, i.item, FALSE, r.state FROM input_items i \
+             JOIN responses r ON r.id = i.response_id \
+             WHERE i.tenant_id = $1 AND i.item_id = ANY($2)",
+        )
+        .bind(tenant_id)
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        sql::found(rows)
+    }
+
     async fn list_input_items(
         &self,
         tenant_id: &str,
@@ -692,7 +763,7 @@ impl RunStore for PostgresStore {
         if deleted == 0 {
             return Err(StoreError::NotFound);
         }
-        for statement in [sql::DELETE_INPUT_ITEMS, sql::DELETE_EVENTS] {
+        for statement in sql::DELETE_WITH_RUN {
             sqlx::query(statement).bind(id).execute(&mut *tx).await?;
         }
         tx.commit().await?;
@@ -735,6 +806,7 @@ impl RunStore for PostgresStore {
                 for statement in [
                     "DELETE FROM response_events WHERE response_id = ANY($1)",
                     "DELETE FROM input_items WHERE response_id = ANY($1)",
+                    "DELETE FROM output_items WHERE response_id = ANY($1)",
                 ] {
                     sqlx::query(statement).bind(&ids).execute(&mut *tx).await?;
                 }
@@ -869,6 +941,30 @@ impl<'a> InputColumns<'a> {
         self.ids.push(item.id());
         self.items.push(sql::to_json(item)?);
         Ok(())
+    }
+}
+
+/// Output items to index, as column arrays.
+#[derive(Default)]
+struct OutputColumns<'a> {
+    runs: Vec<&'a str>,
+    ids: Vec<&'a str>,
+    tenants: Vec<&'a str>,
+    calls: Vec<Option<&'a str>>,
+    items: Vec<&'a str>,
+}
+
+impl<'a> OutputColumns<'a> {
+    fn of(indexed: &'a [sql::IndexedItem<'a>]) -> OutputColumns<'a> {
+        let mut columns = OutputColumns::default();
+        for item in indexed {
+            columns.runs.push(item.response_id);
+            columns.ids.push(item.item_id);
+            columns.tenants.push(item.tenant_id);
+            columns.calls.push(item.call_id);
+            columns.items.push(&item.item);
+        }
+        columns
     }
 }
 

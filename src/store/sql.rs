@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::{EventRecord, IdempotentRequest, RunState, StoreError, StoredRun};
 use crate::protocol::items::Item;
+use crate::protocol::response::ResponseObject;
 use crate::time::UnixMillis;
 
 /// Rows per multi-row INSERT on SQLite: well under its 32,766 bound parameters.
@@ -117,6 +118,13 @@ pub(super) const INPUT_ITEMS_AFTER: &str = "SELECT item FROM input_items \
 pub(super) const DELETE_RUN: &str = "DELETE FROM responses WHERE tenant_id = $1 AND id = $2";
 pub(super) const DELETE_INPUT_ITEMS: &str = "DELETE FROM input_items WHERE response_id = $1";
 pub(super) const DELETE_EVENTS: &str = "DELETE FROM response_events WHERE response_id = $1";
+pub(super) const DELETE_OUTPUT_ITEMS: &str = "DELETE FROM output_items WHERE response_id = $1";
+
+/// What deleting a run also deletes, by its id: its input items, events and indexed output.
+pub(super) const DELETE_WITH_RUN: [&str; 3] =
+    [DELETE_INPUT_ITEMS, DELETE_EVENTS, DELETE_OUTPUT_ITEMS];
+
+pub(super) const TENANT_OF: &str = "SELECT tenant_id FROM responses WHERE id = $1";
 
 pub(super) const FIND_IDEMPOTENT: &str = "SELECT request_hash, response_id, created_at \
      FROM idempotency_keys WHERE tenant_id = $1 AND key = $2";
@@ -133,6 +141,76 @@ pub(super) use prune_runs;
 pub(super) const PRUNE_KEYS: &str = "DELETE FROM idempotency_keys WHERE (tenant_id, key) IN \
      (SELECT tenant_id, key FROM idempotency_keys WHERE created_at < $1 \
       ORDER BY created_at LIMIT $2)";
+
+/// An output item as indexed (migration 8): its run, its id, the call id of a client call,
+/// and the item as JSON.
+pub(super) struct IndexedItem<'a> {
+    pub response_id: &'a str,
+    pub tenant_id: &'a str,
+    pub item_id: &'a str,
+    pub call_id: Option<&'a str>,
+    pub item: String,
+}
+
+/// The output items a run's change to `to` indexes: a paused or stopped run's output (those
+/// indexed before are skipped by the insert), none for a run that stopped with
+/// `store: false`, which is deleted as it stops.
+pub(super) fn indexed_items<'a>(
+    response_id: &'a str,
+    tenant_id: &'a str,
+    body: &'a ResponseObject,
+    to: RunState,
+) -> Result<Vec<IndexedItem<'a>>, StoreError> {
+    let indexed = match to {
+        RunState::RequiresAction => true,
+        to => to.is_final() && body.store,
+    };
+    if !indexed {
+        return Ok(Vec::new());
+    }
+    body.output
+        .iter()
+        .map(|item| {
+            let call_id = match item {
+                Item::FunctionCall(c) => Some(c.call_id.as_str()),
+                Item::CustomToolCall(c) => Some(c.call_id.as_str()),
+                Item::LocalShellCall(c) => Some(c.call_id.as_str()),
+                _ => None,
+            };
+            Ok(IndexedItem {
+                response_id,
+                tenant_id,
+                item_id: item.id(),
+                call_id,
+                item: to_json(item)?,
+            })
+        })
+        .collect()
+}
+
+/// An item found by id: the run it belongs to, and the item.
+#[derive(sqlx::FromRow)]
+pub(super) struct FoundRow {
+    pub response_id: String,
+    pub item: String,
+    /// Whether it is an output item (else an input item).
+    pub output: bool,
+    /// The state of its run.
+    pub state: String,
+}
+
+pub(super) fn found(rows: Vec<FoundRow>) -> Result<Vec<super::FoundItem>, StoreError> {
+    rows.into_iter()
+        .map(|row| {
+            Ok(super::FoundItem {
+                response_id: row.response_id,
+                item: from_json(&row.item)?,
+                output: row.output,
+                state: parse_state(&row.state)?,
+            })
+        })
+        .collect()
+}
 
 /// The page query for `order`, and where a page without `after` starts.
 pub(super) fn page(order: super::Order) -> (&'static str, i64) {

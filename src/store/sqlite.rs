@@ -304,6 +304,28 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Indexes output items (see [`sql::indexed_items`]); those indexed before are skipped.
+    async fn insert_output_items(
+        conn: &mut SqliteConnection,
+        items: &[sql::IndexedItem<'_>],
+    ) -> Result<(), StoreError> {
+        for chunk in items.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO output_items (response_id, item_id, tenant_id, call_id, item) ",
+            );
+            insert.push_values(chunk, |mut row, indexed| {
+                row.push_bind(indexed.response_id)
+                    .push_bind(indexed.item_id)
+                    .push_bind(indexed.tenant_id)
+                    .push_bind(indexed.call_id)
+                    .push_bind(indexed.item.as_str());
+            });
+            insert.push(" ON CONFLICT DO NOTHING");
+            insert.build().execute(&mut *conn).await?;
+        }
+        Ok(())
+    }
+
     /// Appends events, several rows per statement (in chunks under the parameter limit).
     async fn insert_events(
         conn: &mut SqliteConnection,
@@ -495,8 +517,10 @@ impl Commit for SqliteStore {
         outcome.lost = self
             .insert_held_events(&mut tx, batch.events, batch.holder, &inserted)
             .await?;
-        // The closing events of the endings that applied, in one statement after them.
+        // The closing events of the endings that applied, in one statement after them, and
+        // their output to index.
         let mut closing: Vec<EventRecord> = Vec::new();
+        let mut indexed: Vec<sql::IndexedItem> = Vec::new();
         for ending in &batch.endings {
             let change = Change {
                 body: Some(&ending.body),
@@ -508,10 +532,17 @@ impl Commit for SqliteStore {
             let result = Self::compare_and_set(&mut tx, &change).await?;
             if result.is_ok() {
                 closing.extend(ending.events.iter().cloned());
+                indexed.extend(sql::indexed_items(
+                    &ending.id,
+                    &ending.tenant_id,
+                    &ending.body,
+                    ending.transition.to(),
+                )?);
             }
             outcome.endings.push(result);
         }
         Self::insert_events(&mut tx, &closing).await?;
+        Self::insert_output_items(&mut tx, &indexed).await?;
         tx.commit().await?;
         for run in &batch.runs {
             let holder = run.lease.as_ref().map(|l| l.holder.as_str());
@@ -611,6 +642,14 @@ impl RunStore for SqliteStore {
                 })
                 .collect();
             Self::insert_items(&mut tx, &items).await?;
+        }
+        if let Some(body) = change.body {
+            let tenant_id: String = sqlx::query_scalar(sql::TENANT_OF)
+                .bind(change.id)
+                .fetch_one(&mut *tx)
+                .await?;
+            let indexed = sql::indexed_items(change.id, &tenant_id, body, change.transition.to())?;
+            Self::insert_output_items(&mut tx, &indexed).await?;
         }
         let next = Self::last_sequence(&mut tx, change.id)
             .await?
@@ -822,6 +861,48 @@ impl RunStore for SqliteStore {
         sql::items(rows)
     }
 
+    async fn find_items(
+        &self,
+        tenant_id: &str,
+        ids: &[&str],
+    ) -> Result<Vec<super::FoundItem>, StoreError> {
+        let ids: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| findable(id).is_ok())
+            .collect();
+        let mut found = Vec::new();
+        for chunk in ids.chunks(INSERT_CHUNK) {
+            let mut query = QueryBuilder::<Sqlite>::new(
+                "SELECT o.response_id, o.item, TRUE AS output, r.state FROM output_items o \
+                 JOIN responses r ON r.id = o.response_id WHERE o.tenant_id = ",
+            );
+            query.push_bind(tenant_id).push(" AND (o.item_id IN (");
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            query.push(") OR o.call_id IN (");
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            query.push(
+                ")) UNION ALL SELECT i.response_id, i.item, FALSE, r.state FROM input_items i \
+                 JOIN responses r ON r.id = i.response_id WHERE i.tenant_id = ",
+            );
+            query.push_bind(tenant_id).push(" AND i.item_id IN (");
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            query.push(")");
+            let rows: Vec<sql::FoundRow> = query.build_query_as().fetch_all(&self.readers).await?;
+            found.extend(sql::found(rows)?);
+        }
+        Ok(found)
+    }
+
     async fn list_input_items(
         &self,
         tenant_id: &str,
@@ -870,7 +951,7 @@ impl RunStore for SqliteStore {
         if deleted == 0 {
             return Err(StoreError::NotFound);
         }
-        for statement in [sql::DELETE_INPUT_ITEMS, sql::DELETE_EVENTS] {
+        for statement in sql::DELETE_WITH_RUN {
             sqlx::query(statement).bind(id).execute(&mut *tx).await?;
         }
         tx.commit().await?;
@@ -914,6 +995,7 @@ impl RunStore for SqliteStore {
                 for statement in [
                     "DELETE FROM response_events WHERE response_id IN (",
                     "DELETE FROM input_items WHERE response_id IN (",
+                    "DELETE FROM output_items WHERE response_id IN (",
                 ] {
                     let mut delete = QueryBuilder::<Sqlite>::new(statement);
                     let mut list = delete.separated(", ");

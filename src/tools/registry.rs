@@ -96,6 +96,8 @@ pub struct ToolServer {
 pub struct ToolRegistry {
     servers: BTreeMap<String, ToolServer>,
     by_name: HashMap<String, Arc<RegisteredTool>>,
+    /// Hosted tool types (`web_search`, …) and the tool server that runs each.
+    hosted: BTreeMap<String, String>,
 }
 
 impl ToolRegistry {
@@ -104,6 +106,7 @@ impl ToolRegistry {
             servers: BTreeMap::new(),
             by_name: HashMap::new(),
             default_timeout: Duration::from_secs(30),
+            hosted: BTreeMap::new(),
         }
     }
 
@@ -141,7 +144,15 @@ impl ToolRegistry {
                 builder.register(label, Arc::new(handler))?;
             }
         }
+        for (kind, label) in &config.tools.hosted {
+            builder.hosted(kind, label)?;
+        }
         Ok(builder.build())
+    }
+
+    /// The tool server the operator maps a hosted tool type to.
+    pub fn hosted(&self, kind: &str) -> Option<&str> {
+        self.hosted.get(kind).map(String::as_str)
     }
 
     pub fn server(&self, label: &str) -> Option<&ToolServer> {
@@ -161,6 +172,7 @@ pub struct ToolRegistryBuilder {
     servers: BTreeMap<String, ToolServer>,
     by_name: HashMap<String, Arc<RegisteredTool>>,
     default_timeout: Duration,
+    hosted: BTreeMap<String, String>,
 }
 
 impl ToolRegistryBuilder {
@@ -224,10 +236,34 @@ impl ToolRegistryBuilder {
         Ok(self)
     }
 
+    /// Runs requests' hosted tools of type `kind` on the tool server `label`, which must be
+    /// declared by then.
+    pub fn hosted(&mut self, kind: &str, label: &str) -> Result<&mut Self, RegistryError> {
+        if !crate::protocol::tools::is_hosted_type(kind) {
+            return Err(RegistryError::Config(
+                label.to_string(),
+                format!(
+                    "tools.hosted.{kind}: '{kind}' is not a hosted tool type (such as web_search, file_search, code_interpreter, image_generation)"
+                ),
+            ));
+        }
+        if !self.servers.contains_key(label) {
+            return Err(RegistryError::Config(
+                label.to_string(),
+                format!(
+                    "tools.hosted.{kind} names the tool server '{label}', which is not configured"
+                ),
+            ));
+        }
+        self.hosted.insert(kind.to_string(), label.to_string());
+        Ok(self)
+    }
+
     pub fn build(self) -> ToolRegistry {
         ToolRegistry {
             servers: self.servers,
             by_name: self.by_name,
+            hosted: self.hosted,
         }
     }
 }

@@ -230,7 +230,7 @@ impl RunTask {
                 Ok(turn) => turn,
                 Err(ending) => return ending,
             };
-            let presented = match Box::pin(self.present(turn.calls)).await {
+            let presented = match Box::pin(self.present(turn.calls, turn.deferred)).await {
                 Ok(presented) => presented,
                 Err(ending) => return ending,
             };
@@ -258,7 +258,7 @@ impl RunTask {
                 Some(FinishReason::ContentFilter) => return Ending::Incomplete("content_filter"),
                 _ => {}
             }
-            if turn.client_calls > 0 || turn.approvals > 0 {
+            if !self.waits.calls.is_empty() || !self.waits.approvals.is_empty() {
                 // The client executes its calls; the run waits for their outputs.
                 return Ending::Paused {
                     deadline: UnixMillis::now().plus(self.tools.limits.pause_ttl),
@@ -336,7 +336,7 @@ impl RunTask {
                 }
             }
         }
-        self.present(calls).await?;
+        self.present(calls, Vec::new()).await?;
         self.out.transcript.push(Entry::TurnEnd);
         Ok(())
     }
@@ -445,6 +445,7 @@ impl RunTask {
             .collect();
         let run_ending = RunEnding {
             id: self.out.body.id.clone(),
+            tenant_id: self.place.tenant_id.clone(),
             transition,
             body: self.out.body.clone(),
             // The run's last use of its transcript.

@@ -50,6 +50,8 @@ impl OpenMessage {
 pub(in crate::engine) struct LiveCall {
     pub output_index: usize,
     pub item_id: String,
+    /// The namespace of the called function, if it has one.
+    pub namespace: Option<String>,
 }
 
 impl Output {
@@ -108,6 +110,7 @@ impl Output {
             role: Role::Assistant,
             content: vec![part.clone()],
             status: Some(status),
+            phase: None,
         });
         self.emitter
             .emit(Event::OutputTextDone {
@@ -147,6 +150,7 @@ impl Output {
         call_id: &str,
         name: &str,
         arguments: &str,
+        namespace: Option<String>,
     ) -> LiveCall {
         let item_id = ids::new(ids::FUNCTION_CALL);
         let output_index = self.push(Item::FunctionCall(FunctionCall {
@@ -155,22 +159,18 @@ impl Output {
             name: name.to_string(),
             arguments: String::new(),
             status: Some(ItemStatus::InProgress),
+            namespace: namespace.clone(),
         }));
         self.added(output_index).await;
-        if !arguments.is_empty() {
-            self.function_arguments(
-                &LiveCall {
-                    output_index,
-                    item_id: item_id.clone(),
-                },
-                arguments,
-            )
-            .await;
-        }
-        LiveCall {
+        let live = LiveCall {
             output_index,
             item_id,
+            namespace,
+        };
+        if !arguments.is_empty() {
+            self.function_arguments(&live, arguments).await;
         }
+        live
     }
 
     /// More arguments of a client function call shown live.
@@ -198,6 +198,7 @@ impl Output {
             name: name.clone(),
             arguments: arguments.clone(),
             status: Some(status),
+            namespace: live.namespace.clone(),
         });
         let pending = (status == ItemStatus::Completed).then(|| PendingCall {
             id: call_id,
@@ -219,6 +220,34 @@ impl Output {
         }
         self.done(live.output_index, item).await;
         pending
+    }
+
+    /// Emits the whole item of a complete client call of any kind: a call the run waits for.
+    /// An invalid shell action is refused with the reason.
+    pub async fn client_call(
+        &mut self,
+        kind: CallKind,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+        namespace: Option<String>,
+    ) -> Result<PendingCall, String> {
+        if kind != CallKind::Function {
+            return self.client_item(kind, call_id, name, arguments).await;
+        }
+        let live = self
+            .open_function_call(call_id, name, arguments, namespace)
+            .await;
+        let pending = self
+            .close_function_call(
+                live,
+                call_id.to_string(),
+                name.to_string(),
+                arguments.to_string(),
+                ItemStatus::Completed,
+            )
+            .await;
+        pending.ok_or_else(|| "The call could not be shown.".to_string())
     }
 
     /// Emits the whole item of a complete custom or shell call: a call the run waits for.

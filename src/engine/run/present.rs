@@ -1,11 +1,14 @@
 //! A turn's server calls run concurrently and are shown one item at a time: the first to
 //! produce output or finish takes the stream, the others wait their turn, so each item's
-//! events stay contiguous. The model gets the results in its own call order.
+//! events stay contiguous. The model gets the results in its own call order. A turn that also
+//! has client calls after server calls shows everything in the model's call order instead:
+//! each client call's item once the server calls before it are shown.
 
 use std::collections::VecDeque;
 
 use super::RunTask;
 use super::output::call_item;
+use super::turn::Deferred;
 use crate::engine::executor::{CallEvent, ServerCall, TurnCalls};
 use crate::engine::lifecycle::Ending;
 use crate::protocol::items::Item;
@@ -31,12 +34,39 @@ struct Progress {
     /// Each call's final item, in the model's call order.
     items: Vec<Option<Item>>,
     remaining: usize,
+    /// Client calls waiting for the server calls before them; while there are any, calls
+    /// are shown in the model's order.
+    deferred: VecDeque<Deferred>,
+    /// The next call to show, in that order.
+    next: usize,
+    /// The deferred calls' items once shown, each with how many server calls precede it.
+    shown_deferred: Vec<(usize, Item)>,
+}
+
+impl Progress {
+    /// Every item of the turn's calls in the model's call order, for the transcript.
+    fn in_call_order(self) -> Vec<Item> {
+        let mut deferred = self.shown_deferred.into_iter().peekable();
+        let mut ordered = Vec::new();
+        for (slot, item) in self.items.into_iter().enumerate() {
+            while let Some((_, item)) = deferred.next_if(|(after, _)| *after <= slot) {
+                ordered.push(item);
+            }
+            ordered.extend(item);
+        }
+        ordered.extend(deferred.map(|(_, item)| item));
+        ordered
+    }
 }
 
 impl RunTask {
     /// Presents the turn's server calls; a stop closes the call being shown and keeps the
     /// finished results.
-    pub(super) async fn present(&mut self, mut calls: TurnCalls) -> Result<Vec<Presented>, Ending> {
+    pub(super) async fn present(
+        &mut self,
+        mut calls: TurnCalls,
+        deferred: Vec<Deferred>,
+    ) -> Result<Vec<Presented>, Ending> {
         let count = calls.calls.len();
         let mut p = Progress {
             chunks: vec![Vec::new(); count],
@@ -46,6 +76,9 @@ impl RunTask {
             speaker: None,
             items: vec![None; count],
             remaining: count,
+            deferred: deferred.into(),
+            next: 0,
+            shown_deferred: Vec::new(),
         };
         while p.remaining > 0 {
             if self.show_next(&calls, &mut p).await {
@@ -75,15 +108,18 @@ impl RunTask {
                 p.ready.push_back(slot);
             }
         }
+        self.show_deferred(&mut p).await;
+        let results = std::mem::take(&mut p.results);
+        let chunks = std::mem::take(&mut p.chunks);
         // The model gets the results in its own call order, whatever order they were shown in.
         self.out
             .transcript
-            .extend(p.items.into_iter().flatten().map(Entry::Item));
+            .extend(p.in_call_order().into_iter().map(Entry::Item));
         Ok(calls
             .calls
             .drain(..)
-            .zip(p.results)
-            .zip(p.chunks)
+            .zip(results)
+            .zip(chunks)
             .map(|((call, result), chunks)| Presented {
                 call,
                 result: result.unwrap_or_else(unfinished),
@@ -95,8 +131,18 @@ impl RunTask {
     /// Moves the stream on: the next ready call takes it, or the one showing finishes.
     /// False when nothing moved (the calls must progress first).
     async fn show_next(&mut self, calls: &TurnCalls, p: &mut Progress) -> bool {
+        self.show_deferred(p).await;
+        let next = match p.deferred.is_empty() {
+            true => p.ready.pop_front(),
+            // In the model's order: only the next call may take the stream.
+            false => p
+                .ready
+                .iter()
+                .position(|slot| *slot == p.next)
+                .and_then(|at| p.ready.remove(at)),
+        };
         if p.speaker.is_none()
-            && let Some(slot) = p.ready.pop_front()
+            && let Some(slot) = next
         {
             let call = &calls.calls[slot];
             if call.options.hidden {
@@ -104,6 +150,7 @@ impl RunTask {
                 let result = p.results[slot].clone().unwrap_or_else(unfinished);
                 p.items[slot] = Some(Item::McpCall(call_item(call, &result)));
                 p.remaining -= 1;
+                p.next = slot + 1;
                 return true;
             }
             let output_index = self.out.open_call(call).await;
@@ -119,9 +166,52 @@ impl RunTask {
             p.items[slot] = Some(item);
             p.remaining -= 1;
             p.speaker = None;
+            p.next = slot + 1;
             return true;
         }
         false
+    }
+
+    /// Shows the deferred client calls whose server calls before them are all shown.
+    async fn show_deferred(&mut self, p: &mut Progress) {
+        while p.speaker.is_none()
+            && let Some(call) = p.deferred.front()
+            && (call.after <= p.next || p.remaining == 0)
+        {
+            let Some(call) = p.deferred.pop_front() else {
+                break;
+            };
+            let shown = self
+                .out
+                .client_call(
+                    call.kind,
+                    &call.call_id,
+                    &call.name,
+                    &call.arguments,
+                    call.namespace,
+                )
+                .await;
+            let item = match shown {
+                Ok(pending) => {
+                    self.waits.calls.push(pending);
+                    // Shown; placed in the transcript in call order with the others.
+                    self.out.transcript.pop().and_then(|entry| match entry {
+                        Entry::Item(item) => Some(item),
+                        Entry::TurnEnd => None,
+                    })
+                }
+                Err(reason) => {
+                    let result = ToolResult::failure(ToolErrorKind::Refused, reason);
+                    let output_index = self.out.open_call(&call.refused).await;
+                    Some(
+                        self.out
+                            .close_call(&call.refused, output_index, &result)
+                            .await,
+                    )
+                }
+            };
+            p.shown_deferred.extend(item.map(|item| (call.after, item)));
+        }
     }
 
     /// The run stops while its calls run: the one shown closes as cancelled (or
@@ -143,7 +233,7 @@ impl RunTask {
         }
         self.out
             .transcript
-            .extend(p.items.into_iter().flatten().map(Entry::Item));
+            .extend(p.in_call_order().into_iter().map(Entry::Item));
     }
 }
 

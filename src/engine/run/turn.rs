@@ -29,6 +29,20 @@ pub(super) struct StreamingCall {
     live: Option<LiveCall>,
 }
 
+/// A client call made after a server call of the same turn: its item waits until the server
+/// calls before it are shown, so that the output follows the model's call order.
+pub(super) struct Deferred {
+    /// How many of the turn's server calls come before it.
+    pub after: usize,
+    pub kind: CallKind,
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    pub namespace: Option<String>,
+    /// The call as a refused server call, if its item cannot be shown (an invalid action).
+    pub refused: ServerCall,
+}
+
 /// What a model turn produced.
 pub(super) struct Turn {
     pub finish: Option<FinishReason>,
@@ -39,6 +53,8 @@ pub(super) struct Turn {
     /// Calls accepted this turn, for `parallel_tool_calls: false`.
     accepted: usize,
     pub calls: TurnCalls,
+    /// Client calls shown once the server calls before them are (see [`Deferred`]).
+    pub deferred: Vec<Deferred>,
     /// Server calls dispatched but not started: they start once recorded (`start_saved`).
     starting: Vec<(usize, Arc<RegisteredTool>, ToolContext)>,
     /// A start of this turn was saved: every later start is saved too, so that a crash
@@ -61,6 +77,7 @@ impl RunTask {
             approvals: 0,
             accepted: 0,
             calls: TurnCalls::new(self.tools.limits.max_concurrency),
+            deferred: Vec::new(),
             starting: Vec::new(),
             recorded: false,
         };
@@ -215,16 +232,24 @@ impl RunTask {
             }
         }
         self.start_saved(turn).await;
+        // A client call after a server call waits for it (its item is deferred), so only a
+        // turn without server calls so far shows one live.
         if calls.values().all(|c| c.live.is_none())
+            && turn.calls.calls.is_empty()
             && self.accepts_call(turn)
             && let Some(call) = calls.values_mut().find(|c| {
                 !c.name.is_empty() && self.client_kind(&c.name) == Some(CallKind::Function)
             })
         {
             turn.accepted += 1;
+            let namespace = self
+                .tools
+                .set
+                .get(&call.name)
+                .and_then(|e| e.namespace.clone());
             let live = self
                 .out
-                .open_function_call(&call.call_id, &call.name, &call.arguments)
+                .open_function_call(&call.call_id, &call.name, &call.arguments, namespace)
                 .await;
             call.live = Some(live);
         }
@@ -259,11 +284,31 @@ impl RunTask {
         }
         turn.accepted += 1;
         let Some(entry) = entry else { return };
+        if let Executor::Client(kind) = entry.executor
+            && !turn.calls.calls.is_empty()
+        {
+            turn.deferred.push(Deferred {
+                after: turn.calls.calls.len(),
+                kind,
+                call_id: call.call_id,
+                name: call.name,
+                arguments: call.arguments,
+                namespace: entry.namespace,
+                refused: server_call,
+            });
+            turn.client_calls += 1;
+            return;
+        }
         match (entry.executor, entry.needs_approval) {
             (Executor::Client(CallKind::Function), _) => {
                 let live = self
                     .out
-                    .open_function_call(&call.call_id, &call.name, &call.arguments)
+                    .open_function_call(
+                        &call.call_id,
+                        &call.name,
+                        &call.arguments,
+                        entry.namespace.clone(),
+                    )
                     .await;
                 self.close_client_function(live, call, turn).await;
             }
