@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Client-compatibility tests for switchyard: the official `openai` SDKs for Python and Node and
-# the OpenAI Agents SDK (`openai-agents`, Python) against a switchyard binary in front of the
-# scripted fake-llm upstream.
+# Client-compatibility tests for switchyard, against a switchyard binary in front of the
+# scripted fake-llm upstream: the official `openai` SDKs for Python (python/) and Node (node/),
+# the OpenAI Agents SDKs for Python (python/) and JavaScript (agents-js/), LangChain
+# (langchain/, `langchain-openai` with the Responses API), the Vercel AI SDK (vercel/) and
+# Codex CLI (codex/, `codex exec`).
 #
 #   bash tests/compat/run.sh        (from the repository root, after `cargo build --release`)
 #
 # Binaries: target/release/{switchyard,fake-llm}, or SWITCHYARD_BIN / FAKE_LLM_BIN.
-# Installs its own dependencies (tests/compat/.venv, tests/compat/node/node_modules) and only
-# reinstalls them when the pinned requirements change. Exits non-zero on any failure.
+# Installs its own dependencies (tests/compat/.venv for python/ and langchain/, node_modules in
+# each Node folder) and only reinstalls them when the pinned requirements change. Exits non-zero
+# on any failure.
 set -euo pipefail
 
 COMPAT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$COMPAT_DIR/../.." && pwd)"
 VENV="$COMPAT_DIR/.venv"
-NODE_DIR="$COMPAT_DIR/node"
 RUN_TIMEOUT="${COMPAT_TIMEOUT:-900}"
 
 export PYTHONDONTWRITEBYTECODE=1
@@ -53,23 +55,46 @@ if (( node_major < 20 )); then
   echo "error: Node >= 20 is required (found $(node --version))" >&2
   exit 2
 fi
-node_stamp="$(fingerprint "$NODE_DIR/package.json" "$NODE_DIR/package-lock.json"; node --version)"
-if [[ ! -d "$NODE_DIR/node_modules" || "$(cat "$NODE_DIR/node_modules/.compat-stamp" 2>/dev/null)" != "$node_stamp" ]]; then
-  say "npm ci in $NODE_DIR"
-  (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
-  printf '%s' "$node_stamp" > "$NODE_DIR/node_modules/.compat-stamp"
-fi
+# Each Node client has a folder of its own with exact pins; reinstalled when they change.
+NODE_SUITES=(node agents-js vercel codex)
+for suite in "${NODE_SUITES[@]}"; do
+  dir="$COMPAT_DIR/$suite"
+  stamp="$(fingerprint "$dir/package.json" "$dir/package-lock.json"; node --version)"
+  if [[ ! -d "$dir/node_modules" || "$(cat "$dir/node_modules/.compat-stamp" 2>/dev/null)" != "$stamp" ]]; then
+    say "npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    printf '%s' "$stamp" > "$dir/node_modules/.compat-stamp"
+  fi
+done
 
 # ---------------------------------------------------------------- run
-py_status=0
-say "Python: $("$VENV/bin/python" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("openai", "openai-agents")))') with pytest"
-(cd "$COMPAT_DIR/python" && timeout "$RUN_TIMEOUT" "$VENV/bin/python" -m pytest -W error -v) || py_status=$?
+declare -A status
+versions() { "$VENV/bin/python" -c 'import importlib.metadata as m, sys; print(", ".join(f"{p} {m.version(p)}" for p in sys.argv[1:]))' "$@"; }
+say "Python: $(versions openai openai-agents) with pytest"
+(cd "$COMPAT_DIR/python" && timeout "$RUN_TIMEOUT" "$VENV/bin/python" -m pytest -W error -v) && status[python]=0 || status[python]=$?
+say "LangChain: $(versions langchain-openai langchain-core) with pytest"
+(cd "$COMPAT_DIR/langchain" && timeout "$RUN_TIMEOUT" "$VENV/bin/python" -m pytest -W error -v) && status[langchain]=0 || status[langchain]=$?
 
-node_status=0
-say "Node $(node --version): openai $(node -p "require('$NODE_DIR/node_modules/openai/package.json').version") with node:test"
-(cd "$NODE_DIR" && timeout "$RUN_TIMEOUT" node --test --test-reporter=spec test.mjs) || node_status=$?
+node_version() { node -p "require('$COMPAT_DIR/$1/node_modules/$2/package.json').version"; }
+for suite in "${NODE_SUITES[@]}"; do
+  case "$suite" in
+    node) what="openai $(node_version node openai)" ;;
+    agents-js) what="@openai/agents $(node_version agents-js @openai/agents)" ;;
+    vercel) what="ai $(node_version vercel ai), @ai-sdk/openai $(node_version vercel @ai-sdk/openai)" ;;
+    codex) what="@openai/codex $(node_version codex @openai/codex)" ;;
+  esac
+  say "Node $(node --version), $suite: $what with node:test"
+  (cd "$COMPAT_DIR/$suite" && timeout "$RUN_TIMEOUT" node --test --test-reporter=spec test.mjs) && status[$suite]=0 || status[$suite]=$?
+done
 
 say "summary"
-(( py_status == 0 )) && echo "python: passed" || echo "python: FAILED (exit $py_status)"
-(( node_status == 0 )) && echo "node:   passed" || echo "node:   FAILED (exit $node_status)"
-(( py_status == 0 && node_status == 0 ))
+failed=0
+for suite in python langchain "${NODE_SUITES[@]}"; do
+  if (( status[$suite] == 0 )); then
+    printf '%-10s passed\n' "$suite:"
+  else
+    printf '%-10s FAILED (exit %s)\n' "$suite:" "${status[$suite]}"
+    failed=1
+  fi
+done
+(( failed == 0 ))

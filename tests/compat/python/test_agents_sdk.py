@@ -51,6 +51,11 @@ from harness import (
 )
 
 INSTRUCTIONS = "Answer with the help of your tools."
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 T = TypeVar("T")
 
 
@@ -256,11 +261,10 @@ def test_a_local_function_tool_runs_in_the_sdk_which_then_resends_the_whole_conv
     first = client.responses.retrieve(first_id)
     [call] = first.output
     assert (call.type, call.call_id) == ("function_call", "call_w")  # type: ignore[union-attr]
-    # The SDK never reads `required_action`: the first run is left waiting for outputs (SPEC §3).
+    # The SDK never reads `required_action`; its replay of the conversation answers the call, which
+    # completes the first run as a continuation would (SPEC §9).
     assert first.status == "completed"
-    assert first.required_action["submit_tool_outputs"]["tool_calls"] == [  # type: ignore[attr-defined]
-        {"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    ]
+    assert first.required_action is None  # type: ignore[attr-defined]
     second = client.responses.retrieve(second_id)
     # By default the SDK does not chain (agents/run_internal/run_loop.py tracks a server-side
     # conversation only with previous_response_id, auto_previous_response_id or conversation_id):
@@ -472,47 +476,40 @@ def test_an_approval_callback_denies_a_hosted_call_and_the_model_is_told_the_rea
     assert second_request["messages"][-1]["content"] == "Error: The user denied this call: Not today."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=openai.BadRequestError,
-    reason="SPEC-vs-SDK conflict: without chaining (the SDK's default), the SDK answers an approval by resending "
-    "the whole conversation with the mcp_approval_request item and an mcp_approval_response, without "
-    "previous_response_id; SPEC §6 only accepts approvals in a continuation or in submit_tool_outputs, and "
-    "switchyard answers 400 'No pending approval request with id mcpr_...'",
-)
 def test_an_approval_callback_without_chaining_gets_the_call_run(base_url: str, fake: FakeLLM) -> None:
+    # Without chaining (the SDK's default), the SDK answers an approval by resending the whole
+    # conversation with the mcp_approval_request item and its mcp_approval_response (SPEC §9).
     fake.script(tool_call_turn(("call_1", "calculator", '{"expression": "6 * 7"}')), text_turn("6 * 7 = 42."))
     asked: list[McpApprovalRequest] = []
 
     result = run(
         base_url, lambda model: Runner.run(guarded_agent(model, {"approve": True}, asked), "What is 6 * 7?")
-    )  # raises BadRequestError on the second request
+    )
 
     assert result.final_output == "6 * 7 = 42."
+    assert len(asked) == 1
+    [_, second_request] = fake.requests()
+    call_id = second_request["messages"][-2]["tool_calls"][0]["id"]
+    assert second_request["messages"][-1] == {"role": "tool", "tool_call_id": call_id, "content": "42"}
 
 
 @pytest.mark.xfail(
     strict=True,
     raises=openai.APIResponseValidationError,
-    reason="SPEC-vs-SDK conflict: the run the SDK left waiting expires with incomplete_details.reason "
+    reason="SPEC-vs-SDK conflict: a run left waiting expires with incomplete_details.reason "
     "'tool_outputs_expired' (SPEC §3), which is not in the SDK's Literal "
     "(openai/types/responses/response.py IncompleteDetails.reason), so strict validation rejects the response",
 )
-def test_a_run_the_sdk_left_waiting_expires_into_a_response_that_parses_under_strict_validation(
+def test_a_run_left_waiting_expires_into_a_response_that_parses_under_strict_validation(
     short_pause_services: Services,
 ) -> None:
     fake = FakeLLM(short_pause_services.fake_url)
     fake.reset()
     script_weather(fake)
-    cities: list[str] = []
-
-    result = run(
-        short_pause_services.base_url,
-        lambda model: Runner.run(weather_agent(model, cities), "What is the weather in Paris?"),
-    )
-
-    first_id, _ = assert_the_sdk_ran_the_function_tool(result, cities)
-    assert_the_model_saw_the_local_tool_result(fake)
+    with openai.OpenAI(base_url=f"{short_pause_services.base_url}/v1", api_key="test", max_retries=0) as client:
+        paused = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER_TOOL])
+    # Nobody answers the call.
+    first_id = paused.id
     url = f"{short_pause_services.base_url}/v1/responses/{first_id}"
     deadline = time.monotonic() + 10
     while (body := request("GET", url).json())["status"] == "completed":

@@ -31,7 +31,8 @@ CURRENT_TIME_ARGUMENTS = '{"timezone": "Europe/Paris"}'
 
 # SPEC §5: the keys of the two item types, always present (null when not applicable).
 MCP_CALL_KEYS = frozenset("id type status server_label name arguments output error approval_request_id".split())
-MCP_LIST_TOOLS_KEYS = frozenset("id type status server_label tools error".split())
+# SPEC §5: `error` is left out when there is none (the Vercel AI SDK rejects `null` there).
+MCP_LIST_TOOLS_KEYS = frozenset("id type status server_label tools".split())
 
 LIST_TOOLS_EVENTS = [
     "response.output_item.added",
@@ -253,6 +254,8 @@ def test_a_non_streaming_create_with_a_server_call_returns_every_item_validated(
 
     raw_listing, raw_call, _ = raw.http_response.json()["output"]
     assert sorted(MCP_LIST_TOOLS_KEYS - raw_listing.keys()) == []
+    assert "error" not in raw_listing
+    assert all("annotations" not in tool for tool in raw_listing["tools"])
     assert sorted(MCP_CALL_KEYS - raw_call.keys()) == []
     assert (raw_call["error"], raw_call["approval_request_id"]) == (None, None)
 
