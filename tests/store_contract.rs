@@ -1194,10 +1194,12 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
             ids::new(ids::RESPONSE),
         );
         let call_id = format!("call_{}", ids::new("x"));
+        let mut secret = new_run(&unstored, 0, "a", 10);
+        secret.body.store = false;
         let runs = [
             new_run(&paused, 1, "a", 10),
             new_run(&done, 1, "a", 10),
-            new_run(&unstored, 0, "a", 10),
+            secret,
         ];
         b.store.write_batch(&batch("a", &runs, &[], &[])).await;
         let mut pause = ending(&paused, RunState::RequiresAction, 0, 1);
