@@ -728,3 +728,58 @@ async fn a_websocket_message_that_is_not_a_create_request_gets_an_error_event() 
     let (status, _) = app.get("/v1/responses").await;
     assert_eq!(status, 405, "a plain GET is not a WebSocket");
 }
+
+#[tokio::test]
+async fn tools_declared_in_an_additional_tools_input_item_join_the_request_and_survive_a_pause() {
+    let app = spawn_app().await;
+    app.llm
+        .push(Turn::tool_call("call_e", "exec", r#"{"input": "ls -la"}"#));
+    app.llm.push(Turn::text("Listed."));
+    // Codex, for the models of its catalog: no `tools`, an input item declaring them.
+    let declared = json!({"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [
+        {"type": "namespace", "name": "functions", "description": "Codex's tools", "tools": [
+            {"type": "custom", "name": "exec", "description": "Runs a command."}]}]});
+    let (status, paused) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": [declared, {"role": "user", "content": "list"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{paused}");
+    let offered = &app.llm.requests()[0]["tools"][0]["function"];
+    assert_eq!(offered["name"], "exec");
+    let call = &paused["output"][0];
+    assert_eq!(call["type"], "custom_tool_call");
+    assert_eq!(call["input"], "ls -la");
+    assert_eq!(call["namespace"], "functions");
+    assert_eq!(
+        paused["tools"],
+        json!([]),
+        "only the request's own tools are echoed"
+    );
+    let id = paused["id"].as_str().unwrap();
+    let (status, done) = app
+        .post(
+            &format!("/v1/responses/{id}/submit_tool_outputs"),
+            &json!({"tool_outputs": [{"tool_call_id": "call_e", "output": "a b c"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        app.llm.requests()[1]["tools"][0]["function"]["name"],
+        "exec",
+        "the resumed run still offers the tools of its input"
+    );
+    assert_eq!(app.llm.requests()[1]["messages"][0]["role"], "user");
+
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": [
+                {"type": "additional_tools", "tools": [{"type": "nonsense"}]},
+                {"role": "user", "content": "x"}]}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "input[0].tools[0].type");
+}

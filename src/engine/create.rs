@@ -24,7 +24,7 @@ use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{
     DEFAULT_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, ResponseObject, ResponseStatus, Usage,
 };
-use crate::protocol::tools::{echo_tools, parse_tool_choice, parse_tools};
+use crate::protocol::tools::{echo_tools, parse_tool_choice, parse_tools, parse_tools_at};
 use crate::protocol::transcript::Entry;
 use crate::store::{IdempotencyKey, NewRun, RunState, StoreError};
 use crate::time::UnixMillis;
@@ -124,6 +124,7 @@ impl Engine {
         };
         let prepared = self.prepare(
             &request,
+            &resolved.items,
             &announced(
                 history
                     .iter()
@@ -252,6 +253,7 @@ impl Engine {
     pub(super) fn prepare(
         &self,
         request: &CreateResponse,
+        input: &[Item],
         announced: &std::collections::HashSet<&str>,
     ) -> Result<Prepared, EngineError> {
         let model = match request.model.as_deref() {
@@ -271,7 +273,14 @@ impl Engine {
                 Some("model_not_found"),
             ));
         };
-        let declarations = parse_tools(request.tools.as_deref().unwrap_or_default())?;
+        let mut declarations = parse_tools(request.tools.as_deref().unwrap_or_default())?;
+        // Tools an input item declares (`additional_tools`) join the request's.
+        for (index, item) in input.iter().enumerate() {
+            if let Item::AdditionalTools(more) = item {
+                let path = format!("input[{index}].tools");
+                declarations.extend(parse_tools_at(&more.tools, &path)?);
+            }
+        }
         let choice = request
             .tool_choice
             .as_ref()

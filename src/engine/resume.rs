@@ -53,7 +53,7 @@ impl Engine {
             .chain(seen)
             .filter_map(Entry::item)
             .chain(&input);
-        let prepared = self.prepare(&request, &announced(items))?;
+        let prepared = self.prepare(&request, &input, &announced(items))?;
         Ok(Loaded {
             prepared,
             history,

@@ -16,6 +16,7 @@ pub const REASONING: &str = "rs";
 /// A compaction item, and the `response.compaction` object that returns it.
 pub const COMPACTION: &str = "cmp";
 pub const COMPACTION_RESULT: &str = "cmpr";
+pub const ADDITIONAL_TOOLS: &str = "at";
 
 /// A new id of the given kind, e.g. `new(RESPONSE)` = `resp_0193…`.
 pub fn new(prefix: &str) -> String {

@@ -29,6 +29,9 @@ pub enum Item {
     /// The model's reasoning, as a client replays it (Codex replays what it received);
     /// accepted and kept, not shown to the model again.
     Reasoning(Reasoning),
+    /// Tools declared in the input rather than in `tools` (Codex sends its tools so for the
+    /// models of its catalog): they join the request's tools; not part of the conversation.
+    AdditionalTools(AdditionalTools),
 }
 
 impl Item {
@@ -46,6 +49,7 @@ impl Item {
             Item::McpApprovalResponse(r) => &r.id,
             Item::Compaction(c) => &c.id,
             Item::Reasoning(r) => &r.id,
+            Item::AdditionalTools(t) => &t.id,
         }
     }
 
@@ -95,6 +99,7 @@ impl Item {
             Item::McpApprovalResponse(r) => &mut r.status,
             Item::Compaction(c) => &mut c.status,
             Item::Reasoning(r) => &mut r.status,
+            Item::AdditionalTools(t) => &mut t.status,
         }
     }
 
@@ -151,6 +156,7 @@ impl Item {
             // Kept as given: the standard item has no status.
             Item::Compaction(c) => ids::assign(&mut c.id, ids::COMPACTION),
             Item::Reasoning(r) => ids::assign(&mut r.id, ids::REASONING),
+            Item::AdditionalTools(t) => ids::assign(&mut t.id, ids::ADDITIONAL_TOOLS),
         }
     }
 }
@@ -443,6 +449,9 @@ pub struct CustomToolCall {
     pub input: String,
     #[serde(default)]
     pub status: Option<ItemStatus>,
+    /// The namespace the called tool was declared in (a `namespace` tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// A client's output for a custom tool call or a local shell call.
@@ -537,6 +546,18 @@ pub struct Reasoning {
     pub content: Option<Vec<Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encrypted_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ItemStatus>,
+}
+
+/// Tools declared in the input, with the role Codex gives them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdditionalTools {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    pub tools: Vec<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,
 }

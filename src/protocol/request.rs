@@ -315,10 +315,11 @@ fn parse_plain_item(value: &Value, path: &str) -> Result<Item, FieldError> {
         Some("mcp_approval_response") => typed(value, path).map(Item::McpApprovalResponse),
         Some("compaction") => typed(value, path).map(Item::Compaction),
         Some("reasoning") => typed(value, path).map(Item::Reasoning),
+        Some("additional_tools") => typed(value, path).map(Item::AdditionalTools),
         Some(other) => Err(FieldError::new(
             format!("{path}.type"),
             format!(
-                "Invalid value for '{path}.type': '{other}'. Expected one of 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'local_shell_call', 'local_shell_call_output', 'mcp_list_tools', 'mcp_call', 'mcp_approval_request', 'mcp_approval_response', 'compaction', 'reasoning', 'item_reference'."
+                "Invalid value for '{path}.type': '{other}'. Expected one of 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'local_shell_call', 'local_shell_call_output', 'mcp_list_tools', 'mcp_call', 'mcp_approval_request', 'mcp_approval_response', 'compaction', 'reasoning', 'additional_tools', 'item_reference'."
             ),
         )),
         None => Err(FieldError::new(

@@ -187,10 +187,15 @@ impl AllowedTools {
 
 /// Parses `tools`.
 pub fn parse_tools(values: &[Value]) -> Result<Vec<ToolDecl>, FieldError> {
+    parse_tools_at(values, "tools")
+}
+
+/// Parses a list of tools found at `path` (`tools`, or an input item's `tools`).
+pub fn parse_tools_at(values: &[Value], path: &str) -> Result<Vec<ToolDecl>, FieldError> {
     values
         .iter()
         .enumerate()
-        .map(|(index, value)| parse_tool(value, &format!("tools[{index}]"), true))
+        .map(|(index, value)| parse_tool(value, &format!("{path}[{index}]"), true))
         .collect()
 }
 

@@ -233,7 +233,9 @@ impl Output {
         namespace: Option<String>,
     ) -> Result<PendingCall, String> {
         if kind != CallKind::Function {
-            return self.client_item(kind, call_id, name, arguments).await;
+            return self
+                .client_item(kind, call_id, name, arguments, namespace)
+                .await;
         }
         let live = self
             .open_function_call(call_id, name, arguments, namespace)
@@ -258,6 +260,7 @@ impl Output {
         call_id: &str,
         name: &str,
         arguments: &str,
+        namespace: Option<String>,
     ) -> Result<PendingCall, String> {
         let parsed: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
         let (item, input) = match kind {
@@ -273,6 +276,7 @@ impl Output {
                     name: name.to_string(),
                     input: String::new(),
                     status: Some(ItemStatus::InProgress),
+                    namespace,
                 });
                 (item, Some(input))
             }

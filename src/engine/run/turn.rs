@@ -315,7 +315,13 @@ impl RunTask {
             (Executor::Client(kind), _) => {
                 let shown = self
                     .out
-                    .client_item(kind, &call.call_id, &call.name, &call.arguments)
+                    .client_item(
+                        kind,
+                        &call.call_id,
+                        &call.name,
+                        &call.arguments,
+                        entry.namespace.clone(),
+                    )
                     .await;
                 match shown {
                     Ok(pending) => {
