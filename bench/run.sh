@@ -79,6 +79,9 @@ bench_on() {
   local label=$1 url=$2
   # Streams held open need a descriptor each (and the generator one per stream).
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  # Requests carry an API key, as in production: its check is part of what is measured.
+  SWITCHYARD_API_KEY="$(SWITCHYARD__DATABASE__URL="$url" target/release/switchyard keys create --tenant bench --name bench 2>/dev/null)"
+  export SWITCHYARD_API_KEY
   SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$upstream" \
     RUST_LOG=warn,switchyard::app=info target/release/switchyard --config "$tools_config" > "$work/$label.log" 2>&1 &
   local pid=$!

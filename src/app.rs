@@ -14,7 +14,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{AppState, router};
-use crate::config::Config;
+use crate::auth::Authenticator;
+use crate::config::{AuthMode, Config};
 use crate::engine::hub::{EventHub, HubWriter};
 use crate::engine::{Engine, EngineSettings};
 use crate::llm::ModelRouter;
@@ -103,8 +104,15 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {address}"))?;
         let addr = listener.local_addr()?;
+        let open = config.auth.mode == AuthMode::Open;
+        if open {
+            tracing::warn!(
+                "auth.mode = \"open\": requests need no API key and all share one tenant; for local use only"
+            );
+        }
         let state = AppState {
             engine: engine.clone(),
+            auth: Arc::new(Authenticator::new(store.clone(), open)),
             body_limit: config.server.body_limit_bytes,
             heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
         };

@@ -18,6 +18,7 @@ const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Config {
     pub server: ServerConfig,
+    pub auth: AuthConfig,
     pub database: DatabaseConfig,
     /// The default provider.
     pub llm: LlmConfig,
@@ -139,6 +140,23 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     pub shutdown_grace_seconds: u64,
     pub heartbeat_seconds: u64,
+}
+
+/// Who may call the service.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct AuthConfig {
+    /// `keys`: every `/v1` request needs an API key (`switchyard keys create`); `open`: no
+    /// keys, every request is the default tenant's (local use).
+    pub mode: AuthMode,
+    /// In open mode, listen on an address other than loopback all the same.
+    pub open_on_any_address: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthMode {
+    Keys,
+    Open,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -274,6 +292,18 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "database.url must start with sqlite:// or postgres://, got {url:?}"
             )));
+        }
+        if self.auth.mode == AuthMode::Open && !self.auth.open_on_any_address {
+            let loopback = match self.server.host.parse::<std::net::IpAddr>() {
+                Ok(ip) => ip.is_loopback(),
+                Err(_) => self.server.host == "localhost",
+            };
+            if !loopback {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.mode = \"open\" serves anyone who can connect, without API keys: it listens on loopback only, not on server.host = {:?}. Use API keys (auth.mode = \"keys\"), or set auth.open_on_any_address = true",
+                    self.server.host
+                )));
+            }
         }
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(

@@ -8,6 +8,9 @@ use serde_json::json;
 
 use crate::protocol::request::FieldError;
 
+/// What a 503 tells a client to wait before trying again, in seconds.
+const UNAVAILABLE_RETRY_AFTER: u64 = 2;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400: the request is wrong; `param` names the field.
@@ -17,6 +20,9 @@ pub enum ApiError {
         param: Option<String>,
         code: Option<String>,
     },
+    /// 401: no API key, or one that is not valid.
+    #[error("{0}")]
+    Unauthorized(String),
     /// 404 with the given message.
     #[error("{0}")]
     NotFound(String),
@@ -35,7 +41,10 @@ pub enum ApiError {
     /// 504: the upstream model did not answer in time.
     #[error("upstream timeout: {message}")]
     UpstreamTimeout { message: String },
-    /// 503: not ready (database unreachable) or shutting down.
+    /// 429: a limit of the caller's key; it may try again after `retry_after` seconds.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after: u64 },
+    /// 503: not ready (database unreachable) or shutting down; worth retrying shortly.
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// 500: a fault of ours; the cause is logged, the client sees a generic message.
@@ -69,15 +78,26 @@ impl ApiError {
         ApiError::NotFound(format!("Response with id '{id}' not found."))
     }
 
+    /// Seconds a client should wait before trying again, where that is known.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited { retry_after, .. } => Some(*retry_after),
+            ApiError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER),
+            _ => None,
+        }
+    }
+
     pub fn status_code(&self) -> StatusCode {
         match self {
             ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Upstream { .. } => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -112,6 +132,12 @@ impl ApiError {
                 param.clone(),
                 code.clone(),
             ),
+            ApiError::Unauthorized(message) => (
+                "authentication_error",
+                message.clone(),
+                None,
+                Some("invalid_api_key".into()),
+            ),
             ApiError::NotFound(message) => ("invalid_request_error", message.clone(), None, None),
             ApiError::MethodNotAllowed => (
                 "invalid_request_error",
@@ -139,6 +165,12 @@ impl ApiError {
                 message.clone(),
                 None,
                 Some("upstream_timeout".into()),
+            ),
+            ApiError::RateLimited { message, .. } => (
+                "requests",
+                message.clone(),
+                None,
+                Some("rate_limit_exceeded".into()),
             ),
             ApiError::Unavailable(message) => (
                 "server_error",
@@ -168,9 +200,16 @@ impl IntoResponse for ApiError {
             tracing::error!(error = format!("{cause:#}"), "internal error");
         }
         let status = self.status_code();
+        let retry_after = self.retry_after();
         let (kind, message, param, code) = self.envelope();
         let body =
             json!({"error": {"message": message, "type": kind, "param": param, "code": code}});
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }

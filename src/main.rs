@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use switchyard::app::{Application, redact_url};
+use switchyard::auth::{self, KeyPolicy};
 use switchyard::config::Config;
 use switchyard::telemetry;
 
@@ -32,6 +33,49 @@ enum Command {
     CheckConfig,
     /// Exit 0 when the configured instance answers /readyz (for container health checks).
     Probe,
+    /// Manage API keys (in the configured database; every instance sees them at once).
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Make a key and print its secret (on stdout, alone; it is shown only this once).
+    Create {
+        /// The tenant the key belongs to (made if it is new).
+        #[arg(long)]
+        tenant: String,
+        /// A label to recognise the key by.
+        #[arg(long)]
+        name: String,
+        /// Tool servers the key may use (comma-separated; all when left out).
+        #[arg(long, value_delimiter = ',')]
+        tool_servers: Option<Vec<String>>,
+        /// Server tools the key may not use (comma-separated, e.g. fetch_url).
+        #[arg(long, value_delimiter = ',')]
+        deny_tools: Vec<String>,
+        /// Models the key may use (comma-separated; all when left out).
+        #[arg(long, value_delimiter = ',')]
+        models: Option<Vec<String>>,
+        /// Requests a minute the key may send to each instance.
+        #[arg(long)]
+        requests_per_minute: Option<u32>,
+        /// Runs the key may have executing at once on each instance.
+        #[arg(long)]
+        max_concurrent_runs: Option<u32>,
+    },
+    /// List keys (never their secrets).
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Revoke a key by its id (`key_…`): every instance refuses it within 5 seconds.
+    Revoke { id: String },
+    /// Token usage recorded per day, tenant, key and model.
+    Usage {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -54,6 +98,7 @@ async fn main() -> ExitCode {
             Ok(())
         }
         Command::Probe => probe(&config).await,
+        Command::Keys(command) => keys(config, command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -81,6 +126,83 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
     let store = switchyard::store::connect(&config.database.url, 1).await?;
     store.ping().await?;
     println!("migrations applied to {}", redact_url(&config.database.url));
+    Ok(())
+}
+
+async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
+    let store = switchyard::store::connect(&config.database.url, 1).await?;
+    match command {
+        KeysCommand::Create {
+            tenant,
+            name,
+            tool_servers,
+            deny_tools,
+            models,
+            requests_per_minute,
+            max_concurrent_runs,
+        } => {
+            anyhow::ensure!(
+                !tenant.is_empty() && !name.is_empty(),
+                "--tenant and --name must not be empty"
+            );
+            let policy = KeyPolicy {
+                tool_servers,
+                denied_tools: deny_tools,
+                models,
+                requests_per_minute,
+                max_concurrent_runs,
+            };
+            let (key, secret) = auth::create_key(&*store, &tenant, &name, &policy).await?;
+            eprintln!(
+                "created {} for tenant {:?} ({:?}); its secret is below, shown only this once",
+                key.id, key.tenant_id, key.name
+            );
+            println!("{secret}");
+        }
+        KeysCommand::List { tenant } => {
+            println!(
+                "{:<38} {:<16} {:<16} {:<14} {:<8} policy",
+                "id", "tenant", "name", "prefix", "status"
+            );
+            for key in store.list_keys(tenant.as_deref()).await? {
+                let status = if key.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                println!(
+                    "{:<38} {:<16} {:<16} {:<14} {:<8} {}",
+                    key.id, key.tenant_id, key.name, key.prefix, status, key.policy
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            let revoked = store
+                .revoke_key(&id, switchyard::time::UnixMillis::now())
+                .await?;
+            anyhow::ensure!(revoked, "no active key with id {id:?}");
+            println!("revoked {id}");
+        }
+        KeysCommand::Usage { tenant } => {
+            println!(
+                "{:<10} {:<16} {:<38} {:<20} {:>6} {:>12} {:>12} {:>12}",
+                "day", "tenant", "key", "model", "runs", "input", "cached", "output"
+            );
+            for row in store.usage(tenant.as_deref()).await? {
+                println!(
+                    "{:<10} {:<16} {:<38} {:<20} {:>6} {:>12} {:>12} {:>12}",
+                    row.day,
+                    row.tenant_id,
+                    row.key_id,
+                    row.model,
+                    row.runs,
+                    row.input_tokens,
+                    row.cached_tokens,
+                    row.output_tokens
+                );
+            }
+        }
+    }
     Ok(())
 }
 

@@ -55,6 +55,13 @@ impl UnixMillis {
     pub fn minus(self, duration: Duration) -> UnixMillis {
         UnixMillis(self.0.saturating_sub(millis(duration)))
     }
+
+    /// The UTC day it falls on, `YYYY-MM-DD`.
+    pub fn utc_day(self) -> String {
+        chrono::DateTime::from_timestamp_millis(self.0)
+            .map(|t| t.format("%Y-%m-%d").to_string())
+            .unwrap_or_default()
+    }
 }
 
 fn millis(duration: Duration) -> i64 {

@@ -156,6 +156,7 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_complete
                 now: UnixMillis::from_millis(1),
                 initial_events: vec![],
                 idempotency: None,
+                key_id: None,
             })
             .await
             .unwrap();

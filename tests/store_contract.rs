@@ -91,6 +91,7 @@ fn new_run(id: &str, items: usize, holder: &str, until: i64) -> NewRun {
         now: at(1_000),
         initial_events: vec![],
         idempotency: None,
+        key_id: None,
     }
 }
 

@@ -112,11 +112,20 @@ pub fn process_stats(pid: u32) -> Option<(u64, u64)> {
     Some((rss, ticks * 10))
 }
 
-/// A client for many concurrent streams: no Nagle delay, connections kept for reuse.
+/// A client for many concurrent streams: no Nagle delay, connections kept for reuse. With
+/// `SWITCHYARD_API_KEY` set, every request carries it (the service's auth is measured too).
 pub fn http_client() -> Result<reqwest::Client, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(key) = std::env::var("SWITCHYARD_API_KEY") {
+        let value = format!("Bearer {key}")
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(4096)
+        .default_headers(headers)
         .build()
         .map_err(|e| e.to_string())
 }

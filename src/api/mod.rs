@@ -5,6 +5,7 @@ mod responses;
 pub mod sse;
 mod websocket;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -14,20 +15,24 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
+use crate::auth::{AuthError, Authenticator};
 use crate::engine::{Engine, EngineError};
 use crate::error::ApiError;
 use crate::protocol::response::{Model, ModelList};
+use crate::store::StoreError;
 
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
+    pub auth: Arc<Authenticator>,
     pub body_limit: usize,
     pub heartbeat: Duration,
 }
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.body_limit;
-    Router::new()
+    // Every `/v1` route needs the caller's API key (or open mode).
+    let v1 = Router::new()
         .route(
             "/v1/responses",
             axum::routing::post(responses::create).get(websocket::upgrade),
@@ -53,6 +58,12 @@ pub fn router(state: AppState) -> Router {
             axum::routing::post(responses::cancel),
         )
         .route("/v1/models", get(models))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ));
+    Router::new()
+        .merge(v1)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)
@@ -74,6 +85,32 @@ pub fn router(state: AppState) -> Router {
             ),
         )
         .with_state(state)
+}
+
+/// Finds the caller of a `/v1` request from its API key (401 without a valid one, 429 over
+/// its request rate) and hands it to the handler.
+async fn authenticate(
+    State(state): State<AppState>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<Response, ApiError> {
+    let header = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let caller = state.auth.authenticate(header).await.map_err(|e| match e {
+        AuthError::Missing | AuthError::Invalid(_) => ApiError::Unauthorized(e.to_string()),
+        AuthError::RateLimited(wait) => ApiError::RateLimited {
+            message: e.to_string(),
+            retry_after: wait.as_secs().max(1),
+        },
+        AuthError::Store(StoreError::Unavailable(message)) => {
+            ApiError::Unavailable(format!("The database is unavailable: {message}"))
+        }
+        AuthError::Store(other) => ApiError::Internal(anyhow::anyhow!(other)),
+    })?;
+    request.extensions_mut().insert(caller);
+    Ok(next.run(request).await)
 }
 
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -132,6 +169,13 @@ impl From<EngineError> for ApiError {
             EngineError::ShuttingDown => ApiError::Unavailable(
                 "The service is shutting down; retry on another instance.".into(),
             ),
+            EngineError::RateLimited {
+                message,
+                retry_after_secs,
+            } => ApiError::RateLimited {
+                message,
+                retry_after: retry_after_secs,
+            },
             EngineError::Unavailable(message) => {
                 ApiError::Unavailable(format!("The database is unavailable: {message}"))
             }

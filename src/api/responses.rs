@@ -1,5 +1,6 @@
 //! `/v1/responses` handlers.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -8,9 +9,8 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::extract::{ApiJson, ApiJsonBytes, ApiQuery};
 use super::sse;
-use crate::engine::{
-    DEFAULT_TENANT, IdempotencyKey, ItemPage, RunEnd, StartedRun, UpstreamFailure,
-};
+use crate::auth::Caller;
+use crate::engine::{IdempotencyKey, ItemPage, RunEnd, StartedRun, UpstreamFailure};
 use crate::error::ApiError;
 use crate::protocol::items::Item;
 use crate::protocol::request::{
@@ -23,23 +23,22 @@ use sha2::{Digest, Sha256};
 /// the same run.
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     ApiJsonBytes(request, body): ApiJsonBytes<CreateResponse>,
 ) -> Result<Response, ApiError> {
     let idempotency = idempotency_key(&headers, &body)?;
-    let started = state
-        .engine
-        .create(DEFAULT_TENANT, request, idempotency)
-        .await?;
+    let started = state.engine.create(&caller, request, idempotency).await?;
     reply(&state, started).await
 }
 
 /// `POST /v1/responses/compact`
 pub async fn compact(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(request): ApiJson<CompactRequest>,
 ) -> Result<Json<Compacted>, ApiError> {
-    Ok(Json(state.engine.compact(DEFAULT_TENANT, request).await?))
+    Ok(Json(state.engine.compact(&caller, request).await?))
 }
 
 /// Longest accepted `Idempotency-Key`.
@@ -69,12 +68,13 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
 /// `POST /v1/responses/{id}/submit_tool_outputs`
 pub async fn submit_tool_outputs(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiJson(submission): ApiJson<SubmitToolOutputs>,
 ) -> Result<Response, ApiError> {
     let started = state
         .engine
-        .submit_tool_outputs(DEFAULT_TENANT, &id, submission)
+        .submit_tool_outputs(&caller, &id, submission)
         .await?;
     reply(&state, started).await
 }
@@ -82,9 +82,10 @@ pub async fn submit_tool_outputs(
 /// `POST /v1/responses/{id}/cancel`
 pub async fn cancel(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<ResponseObject>, ApiError> {
-    Ok(Json(state.engine.cancel(DEFAULT_TENANT, &id).await?))
+    Ok(Json(state.engine.cancel(&caller.tenant_id, &id).await?))
 }
 
 /// The stream of a started run, or its response object once it stops (or pauses again).
@@ -131,6 +132,7 @@ fn upstream_error(response_id: &str, failure: UpstreamFailure) -> ApiError {
 /// `GET /v1/responses/{id}`, or its event log with `?stream=true`.
 pub async fn retrieve(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<RetrieveResponse>,
     headers: HeaderMap,
@@ -140,10 +142,10 @@ pub async fn retrieve(
             Some(n) => Some(n),
             None => last_event_id(&headers)?,
         };
-        let events = state.engine.follow(DEFAULT_TENANT, &id, after).await?;
+        let events = state.engine.follow(&caller.tenant_id, &id, after).await?;
         return Ok(sse::response(events, state.heartbeat));
     }
-    Ok(Json(state.engine.get(DEFAULT_TENANT, &id).await?).into_response())
+    Ok(Json(state.engine.get(&caller.tenant_id, &id).await?).into_response())
 }
 
 /// `Last-Event-ID` works like `starting_after` (SPEC §7).
@@ -167,9 +169,10 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 /// `DELETE /v1/responses/{id}`
 pub async fn delete(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Deleted>, ApiError> {
-    state.engine.delete(DEFAULT_TENANT, &id).await?;
+    state.engine.delete(&caller.tenant_id, &id).await?;
     Ok(Json(Deleted {
         id,
         object: "response",
@@ -180,6 +183,7 @@ pub async fn delete(
 /// `GET /v1/responses/{id}/input_items`
 pub async fn input_items(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<ListInputItems>,
 ) -> Result<Json<List<Item>>, ApiError> {
@@ -212,7 +216,10 @@ pub async fn input_items(
         descending,
         after: query.after,
     };
-    let (items, has_more) = state.engine.input_items(DEFAULT_TENANT, &id, &page).await?;
+    let (items, has_more) = state
+        .engine
+        .input_items(&caller.tenant_id, &id, &page)
+        .await?;
     Ok(Json(List {
         object: "list",
         first_id: items.first().map(|i| i.id().to_string()),

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -18,7 +19,8 @@ use serde_json::{Map, Value};
 
 use super::AppState;
 use super::extract::parse_json;
-use crate::engine::{DEFAULT_TENANT, SocketMemory};
+use crate::auth::Caller;
+use crate::engine::SocketMemory;
 use crate::error::ApiError;
 use crate::protocol::request::CreateResponse;
 use crate::protocol::response::ResponseObject;
@@ -29,18 +31,19 @@ const CONNECTION_LIMIT: Duration = Duration::from_secs(60 * 60);
 /// `GET /v1/responses`: only as a WebSocket.
 pub async fn upgrade(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     match upgrade {
         Ok(upgrade) => upgrade
             .max_message_size(state.body_limit)
-            .on_upgrade(move |socket| session(state, socket))
+            .on_upgrade(move |socket| session(state, caller, socket))
             .into_response(),
         Err(_) => ApiError::MethodNotAllowed.into_response(),
     }
 }
 
-async fn session(state: AppState, mut socket: WebSocket) {
+async fn session(state: AppState, caller: Caller, mut socket: WebSocket) {
     let mut memory = SocketMemory::default();
     let deadline = tokio::time::Instant::now() + CONNECTION_LIMIT;
     loop {
@@ -72,7 +75,7 @@ async fn session(state: AppState, mut socket: WebSocket) {
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
         };
-        if respond(&state, &mut socket, &mut memory, text.as_bytes())
+        if respond(&state, &caller, &mut socket, &mut memory, text.as_bytes())
             .await
             .is_err()
         {
@@ -85,6 +88,7 @@ async fn session(state: AppState, mut socket: WebSocket) {
 /// gone (the response goes on without it, as with SSE).
 async fn respond(
     state: &AppState,
+    caller: &Caller,
     socket: &mut WebSocket,
     memory: &mut SocketMemory,
     text: &[u8],
@@ -94,11 +98,7 @@ async fn respond(
         Err(error) => return send(socket, &error.websocket_event()).await,
     };
     let previous = request.previous_response_id.clone();
-    let started = match state
-        .engine
-        .create_on_socket(DEFAULT_TENANT, request, memory)
-        .await
-    {
+    let started = match state.engine.create_on_socket(caller, request, memory).await {
         Ok(started) => started,
         Err(error) => {
             // A continuation that fails is not continued from memory again (Open Responses).

@@ -6,6 +6,7 @@
 use futures_util::StreamExt;
 
 use super::{Engine, EngineError, RunEnd};
+use crate::auth::Caller;
 use crate::llm::{ModelEvent, ModelRequest};
 use crate::protocol::ids;
 use crate::protocol::items::{Compaction, ContentPart, Item, Message, Role};
@@ -24,9 +25,10 @@ impl Engine {
     /// Compacts a context window; the model's failure is the caller's 502 or 504.
     pub async fn compact(
         &self,
-        tenant_id: &str,
+        caller: &Caller,
         request: CompactRequest,
     ) -> Result<Compacted, EngineError> {
+        let tenant_id = caller.tenant_id.as_str();
         let model = match request.model.as_deref() {
             Some(model) if !model.is_empty() => model.to_string(),
             _ => {
@@ -35,7 +37,8 @@ impl Engine {
                 );
             }
         };
-        let Some(client) = self.inner.models.route(&model) else {
+        let allowed = caller.policy().is_none_or(|p| p.allows_model(&model));
+        let Some(client) = self.inner.models.route(&model).filter(|_| allowed) else {
             return Err(EngineError::Invalid(
                 FieldError::new(
                     "model",

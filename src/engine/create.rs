@@ -16,6 +16,7 @@ use super::lifecycle::{Ending, StoredEnd, end_stored};
 use super::run::{self, Admission, Decision, Model, Output, Place, RunTask, Start, Tools, Waits};
 use super::toolset::ToolSet;
 use super::{Engine, EngineError, EventStream, SocketMemory, StartedRun, announced, events, pause};
+use crate::auth::{Caller, KeyPolicy};
 use crate::llm::{LlmClient, ModelRequest};
 use crate::protocol::events::Event;
 use crate::protocol::ids;
@@ -58,37 +59,40 @@ pub(super) struct Launch {
     pub admission: Option<Admission>,
     /// A client asked to cancel the run while nobody executed it: it stops at once.
     pub cancel_requested: bool,
+    /// The API key that created it.
+    pub key_id: Option<String>,
 }
 
 impl Engine {
     /// Validates the request, stores the run and starts executing it.
     pub async fn create(
         &self,
-        tenant_id: &str,
+        caller: &Caller,
         request: CreateResponse,
         idempotency: Option<IdempotencyKey>,
     ) -> Result<StartedRun, EngineError> {
-        self.create_in(tenant_id, request, idempotency, None).await
+        self.create_in(caller, request, idempotency, None).await
     }
 
     /// Creates a response on a WebSocket connection, which remembers its most recent
     /// `store: false` response so that the next one can continue it.
     pub async fn create_on_socket(
         &self,
-        tenant_id: &str,
+        caller: &Caller,
         request: CreateResponse,
         memory: &mut SocketMemory,
     ) -> Result<StartedRun, EngineError> {
-        self.create_in(tenant_id, request, None, Some(memory)).await
+        self.create_in(caller, request, None, Some(memory)).await
     }
 
     async fn create_in(
         &self,
-        tenant_id: &str,
+        caller: &Caller,
         request: CreateResponse,
         idempotency: Option<IdempotencyKey>,
         memory: Option<&mut SocketMemory>,
     ) -> Result<StartedRun, EngineError> {
+        let tenant_id = caller.tenant_id.as_str();
         if self.inner.runs.is_closed() {
             return Err(EngineError::ShuttingDown);
         }
@@ -131,6 +135,7 @@ impl Engine {
                     .filter_map(Entry::item)
                     .chain(&resolved.items),
             ),
+            caller.policy(),
         )?;
         // The paused runs this request answers: the previous one, or those a replayed history
         // answers (SPEC §9).
@@ -170,9 +175,7 @@ impl Engine {
         let id = ids::new(ids::RESPONSE);
         let body = initial_body(&id, &prepared.model, &request);
         if request.background == Some(true) {
-            return self
-                .enqueue(tenant_id, body, input, stream, idempotency)
-                .await;
+            return self.enqueue(caller, body, input, stream, idempotency).await;
         }
         let mut context = history;
         context.extend(input.iter().cloned().map(Entry::Item));
@@ -191,7 +194,9 @@ impl Engine {
             prior_usage: None,
             admission: None,
             cancel_requested: false,
+            key_id: caller.key_id().map(str::to_string),
         };
+        self.check_concurrency(caller)?;
         self.start_new(prepared, launch, input, idempotency).await
     }
 
@@ -215,6 +220,7 @@ impl Engine {
             now,
             initial_events: Vec::new(),
             idempotency: idempotency.clone(),
+            key_id: launch.key_id.clone(),
         };
         let queued = match &run.idempotency {
             None => self.inner.hub.queue_insert(run).await.map(Some),
@@ -255,6 +261,7 @@ impl Engine {
         request: &CreateResponse,
         input: &[Item],
         announced: &std::collections::HashSet<&str>,
+        policy: Option<&KeyPolicy>,
     ) -> Result<Prepared, EngineError> {
         let model = match request.model.as_deref() {
             Some(model) if !model.is_empty() => model.to_string(),
@@ -264,7 +271,8 @@ impl Engine {
                 );
             }
         };
-        let Some(client) = self.inner.models.route(&model) else {
+        let allowed = policy.is_none_or(|p| p.allows_model(&model));
+        let Some(client) = self.inner.models.route(&model).filter(|_| allowed) else {
             return Err(EngineError::Invalid(
                 FieldError::new(
                     "model",
@@ -286,7 +294,7 @@ impl Engine {
             .as_ref()
             .map(parse_tool_choice)
             .transpose()?;
-        let tools = ToolSet::resolve(&self.inner.registry, &declarations, choice.as_ref())?;
+        let tools = ToolSet::resolve(&self.inner.registry, &declarations, choice.as_ref(), policy)?;
         let listings = tools
             .listings
             .iter()
@@ -342,7 +350,14 @@ impl Engine {
             holder: self.holder().to_string(),
             live: live.clone(),
             control,
+            key_id: launch.key_id.clone(),
+            usage: self.inner.usage.clone(),
         };
+        // Counted against its key's concurrent runs while it executes here.
+        let key_run = launch
+            .key_id
+            .as_deref()
+            .map(|key| super::usage::KeyRuns::enter(&self.inner.key_runs, key));
         let task = self.task(prepared, launch, place, done);
         let engine = self.clone();
         // Boxed: an async block keeps a future it captures and awaits twice (as the captured
@@ -356,6 +371,7 @@ impl Engine {
                 live.close().await;
             }
             engine.inner.live.remove(&response_id);
+            drop(key_run);
             let _ = stopped.send(true);
         };
         self.inner.runs.spawn(run.instrument(span));
@@ -396,6 +412,7 @@ impl Engine {
                 client: prepared.client,
                 request: prepared.model_request,
                 context: launch.context,
+                prior: launch.prior_usage.clone().unwrap_or_default(),
                 usage: launch.prior_usage.unwrap_or_default(),
             },
             tools: Tools {
@@ -441,12 +458,13 @@ impl Engine {
     /// Stores a background run as `queued` with its first events, and wakes the claimer.
     async fn enqueue(
         &self,
-        tenant_id: &str,
+        caller: &Caller,
         mut body: ResponseObject,
         input: Vec<Item>,
         stream: bool,
         idempotency: Option<IdempotencyKey>,
     ) -> Result<StartedRun, EngineError> {
+        let tenant_id = caller.tenant_id.as_str();
         body.status = ResponseStatus::Queued;
         let response_id: Arc<str> = Arc::from(body.id.as_str());
         let tenant: Arc<str> = Arc::from(tenant_id);
@@ -469,6 +487,7 @@ impl Engine {
                 record(&queued, &response_id, &tenant, 1),
             ],
             idempotency,
+            key_id: caller.key_id().map(str::to_string),
         };
         match self.inner.store.insert_run(&run).await {
             Ok(()) => {}

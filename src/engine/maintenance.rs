@@ -85,6 +85,7 @@ impl Engine {
             if let Err(e) = self.expire_overdue().await {
                 tracing::warn!(error = %e, "sweep for expired runs failed");
             }
+            self.flush_usage().await;
             let now = UnixMillis::now();
             let settings = &inner.settings;
             let pruned = inner
@@ -145,6 +146,7 @@ impl Engine {
         inner.stop_maintenance.cancel();
         inner.maintenance.close();
         inner.maintenance.wait().await;
+        self.flush_usage().await;
         match inner.hub.release_all().await {
             Ok(0) => {}
             Ok(released) => tracing::warn!(released, "let go of runs still held at shutdown"),

@@ -26,6 +26,7 @@ mod replay;
 mod resume;
 mod run;
 mod toolset;
+mod usage;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -63,6 +64,12 @@ pub enum EngineError {
     /// The database cannot be reached: the client may try again.
     #[error("{0}")]
     Unavailable(String),
+    /// A limit of the caller's API key: it may try again after a while.
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
     /// The upstream model failed a request that has no run (a compaction).
     #[error("{}", .0.message)]
     Upstream(UpstreamFailure),
@@ -191,6 +198,10 @@ struct Inner {
     queued: tokio::sync::Notify,
     /// Slots for background runs executing here.
     background_slots: Arc<tokio::sync::Semaphore>,
+    /// Runs executing here per API key, for their concurrent-run limits.
+    key_runs: Arc<usage::KeyRuns>,
+    /// Token usage not yet written.
+    usage: Arc<usage::UsageMeter>,
 }
 
 impl Engine {
@@ -215,6 +226,8 @@ impl Engine {
                 live: LiveRuns::default(),
                 queued: tokio::sync::Notify::new(),
                 background_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+                key_runs: Arc::default(),
+                usage: Arc::default(),
             }),
         }
     }

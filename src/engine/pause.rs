@@ -9,6 +9,7 @@ use super::lifecycle::{Ending, StoredEnd, end_stored};
 use super::resume::Resumption;
 use super::run::Decision;
 use super::{Engine, EngineError, StartedRun};
+use crate::auth::Caller;
 use crate::protocol::items::{
     CallOutput, FunctionCallOutput, Item, McpApprovalResponse, ToolOutput,
 };
@@ -120,13 +121,15 @@ impl Engine {
     /// and resumes the same run here, whichever instance paused it.
     pub async fn submit_tool_outputs(
         &self,
-        tenant_id: &str,
+        caller: &Caller,
         id: &str,
         submission: SubmitToolOutputs,
     ) -> Result<StartedRun, EngineError> {
         if self.inner.runs.is_closed() {
             return Err(EngineError::ShuttingDown);
         }
+        let tenant_id = caller.tenant_id.as_str();
+        self.check_concurrency(caller)?;
         let run = self.get_run(tenant_id, id).await?;
         if run.state != RunState::RequiresAction {
             return Err(not_accepting(run.state));
@@ -141,7 +144,9 @@ impl Engine {
         let (outputs, decisions) = answers(pending_work(&run.body), &submission)?;
         // Prepared before anything changes: a model or tool server gone from the
         // configuration is the client's error, and the run stays paused.
-        let loaded = self.load(tenant_id, &run.body, &run.transcript).await?;
+        let loaded = self
+            .load(tenant_id, &run.body, &run.transcript, run.key_id.as_deref())
+            .await?;
         let mut body = run.body.clone();
         body.status = ResponseStatus::InProgress;
         body.required_action = None;

@@ -164,7 +164,15 @@ impl Engine {
             transcript,
             ..run
         };
-        let loaded = match self.load(&run.tenant_id, &run.body, &run.transcript).await {
+        let loaded = match self
+            .load(
+                &run.tenant_id,
+                &run.body,
+                &run.transcript,
+                run.key_id.as_deref(),
+            )
+            .await
+        {
             Ok(loaded) => loaded,
             Err(e) => {
                 let why = format!("The run cannot continue: {e}");

@@ -44,8 +44,15 @@ impl Engine {
         tenant_id: &str,
         body: &ResponseObject,
         seen: &[Entry],
+        key_id: Option<&str>,
     ) -> Result<Loaded, EngineError> {
         let request = pause::request_from_body(body);
+        // The run goes on under the policy of the key that created it.
+        let key = match key_id {
+            Some(id) => self.inner.store.key_by_id(id).await?,
+            None => None,
+        };
+        let key = key.map(crate::auth::api_key).transpose()?;
         let history = self.history_of(tenant_id, body).await?;
         let input = self.inner.store.input_items(tenant_id, &body.id).await?;
         let items = history
@@ -53,7 +60,8 @@ impl Engine {
             .chain(seen)
             .filter_map(Entry::item)
             .chain(&input);
-        let prepared = self.prepare(&request, &input, &announced(items))?;
+        let policy = key.as_ref().map(|k| &k.policy);
+        let prepared = self.prepare(&request, &input, &announced(items), policy)?;
         Ok(Loaded {
             prepared,
             history,
@@ -85,6 +93,7 @@ impl Engine {
             prior_usage,
             admission: None,
             cancel_requested: run.cancel_requested,
+            key_id: run.key_id,
         };
         self.launch(loaded.prepared, launch)
     }
@@ -165,7 +174,8 @@ impl Engine {
                 UnixMillis::now(),
             )
             .await?;
-        let loaded = match self.load(&tenant_id, &body, &run.transcript).await {
+        let key_id = run.key_id.as_deref();
+        let loaded = match self.load(&tenant_id, &body, &run.transcript, key_id).await {
             Ok(loaded) => loaded,
             Err(e) => {
                 // The configuration changed since it was queued (a model or tool server is gone).

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::auth::KeyPolicy;
 use crate::llm::ToolSpec;
 use crate::protocol::items::McpToolInfo;
 use crate::protocol::request::FieldError;
@@ -86,8 +87,12 @@ impl ToolSet {
         registry: &ToolRegistry,
         decls: &[ToolDecl],
         choice: Option<&ToolChoice>,
+        policy: Option<&KeyPolicy>,
     ) -> Result<ToolSet, FieldError> {
-        let mut resolving = Resolving::default();
+        let mut resolving = Resolving {
+            policy: policy.cloned().unwrap_or_default(),
+            ..Resolving::default()
+        };
         for (index, decl) in decls.iter().enumerate() {
             let path = format!("tools[{index}]");
             match decl {
@@ -262,6 +267,8 @@ struct Resolving {
     set: ToolSet,
     sources: HashMap<String, String>,
     servers: HashMap<String, usize>,
+    /// What the caller's API key may use.
+    policy: KeyPolicy,
 }
 
 impl Resolving {
@@ -467,6 +474,12 @@ impl Resolving {
         // A `server_url` or `connector_id` beside the label of a configured server is taken as
         // naming it (the Vercel AI SDK always sends one): the operator's configuration says
         // where the server is, and the request cannot send its calls anywhere else.
+        if !self.policy.allows_server(label) {
+            return Err(FieldError::new(
+                format!("{path}.server_label"),
+                format!("This API key may not use the tool server '{label}'."),
+            ));
+        }
         if let Some(first) = self.servers.insert(label.clone(), index) {
             return Err(FieldError::new(
                 format!("{path}.server_label"),
@@ -488,10 +501,20 @@ impl Resolving {
                     format!("Tool server '{label}' has no tool '{name}'."),
                 ));
             }
+            if !self.policy.allows_tool(name) {
+                return Err(FieldError::new(
+                    format!("{path}.allowed_tools"),
+                    format!("This API key may not use the tool '{name}'."),
+                ));
+            }
         }
         let mut listed = Vec::new();
         for tool in &server.tools {
             if allowed.is_some_and(|names| !names.iter().any(|n| n == tool.name())) {
+                continue;
+            }
+            // A tool the key may not use is not shown (so it cannot be called).
+            if !self.policy.allows_tool(tool.name()) {
                 continue;
             }
             let spec = ToolSpec {

@@ -17,6 +17,7 @@ pub const REASONING: &str = "rs";
 pub const COMPACTION: &str = "cmp";
 pub const COMPACTION_RESULT: &str = "cmpr";
 pub const ADDITIONAL_TOOLS: &str = "at";
+pub const API_KEY: &str = "key";
 
 /// A new id of the given kind, e.g. `new(RESPONSE)` = `resp_0193…`.
 pub fn new(prefix: &str) -> String {

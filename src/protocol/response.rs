@@ -186,6 +186,31 @@ pub struct OutputTokensDetails {
 }
 
 impl Usage {
+    /// What was used beyond `earlier` (a part of this usage).
+    pub fn minus(&self, earlier: &Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            input_tokens_details: InputTokensDetails {
+                cached_tokens: self
+                    .input_tokens_details
+                    .cached_tokens
+                    .saturating_sub(earlier.input_tokens_details.cached_tokens),
+                cache_write_tokens: self
+                    .input_tokens_details
+                    .cache_write_tokens
+                    .saturating_sub(earlier.input_tokens_details.cache_write_tokens),
+            },
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+            output_tokens_details: OutputTokensDetails {
+                reasoning_tokens: self
+                    .output_tokens_details
+                    .reasoning_tokens
+                    .saturating_sub(earlier.output_tokens_details.reasoning_tokens),
+            },
+            total_tokens: self.total_tokens.saturating_sub(earlier.total_tokens),
+        }
+    }
+
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens += other.input_tokens;
         self.input_tokens_details.cached_tokens += other.input_tokens_details.cached_tokens;

@@ -133,6 +133,8 @@ pub struct NewRun {
     /// The client's `Idempotency-Key`, recorded in the same transaction: `KeyTaken` if
     /// another request holds it.
     pub idempotency: Option<IdempotencyKey>,
+    /// The API key that created it (none in open mode).
+    pub key_id: Option<String>,
 }
 
 /// Who executes a run, and until when that holds without renewal.
@@ -277,6 +279,8 @@ pub struct StoredRun {
     pub updated_at: UnixMillis,
     /// A client asked to cancel the run while another instance executed it.
     pub cancel_requested: bool,
+    /// The API key that created it.
+    pub key_id: Option<String>,
 }
 
 /// A checkpoint that was saved.
@@ -295,6 +299,34 @@ pub struct FoundItem {
     pub output: bool,
     /// The state its run is in.
     pub state: RunState,
+}
+
+/// An API key as stored: its secret only as a hash.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub tenant_id: String,
+    pub name: String,
+    pub hash: String,
+    /// The start of the secret, to recognise the key.
+    pub prefix: String,
+    /// What the key may do, as JSON.
+    pub policy: String,
+    pub created_at: UnixMillis,
+    pub revoked_at: Option<UnixMillis>,
+}
+
+/// Token usage of a tenant's key on a model on one UTC day (`YYYY-MM-DD`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UsageRow {
+    pub tenant_id: String,
+    pub key_id: String,
+    pub model: String,
+    pub day: String,
+    pub runs: i64,
+    pub input_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
 }
 
 /// Order of a page of input items.
@@ -432,6 +464,28 @@ pub trait RunStore: Send + Sync + 'static {
     /// found more than once (an input item replayed into several runs).
     async fn find_items(&self, tenant_id: &str, ids: &[&str])
     -> Result<Vec<FoundItem>, StoreError>;
+
+    /// Stores a new API key, and its tenant if it is new.
+    async fn create_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError>;
+
+    /// The key with this hash (revoked or not).
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// The key with this id (revoked or not).
+    async fn key_by_id(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// Every key (of one tenant), oldest first.
+    async fn list_keys(&self, tenant_id: Option<&str>) -> Result<Vec<ApiKeyRecord>, StoreError>;
+
+    /// Revokes a key; `false` when there is no such key or it was revoked before.
+    async fn revoke_key(&self, id: &str, now: UnixMillis) -> Result<bool, StoreError>;
+
+    /// Adds to the recorded token usage (each row to the row with its tenant, key, model and
+    /// day).
+    async fn add_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError>;
+
+    /// Recorded usage (of one tenant), by day, tenant, key and model.
+    async fn usage(&self, tenant_id: Option<&str>) -> Result<Vec<UsageRow>, StoreError>;
 
     /// Deletes a run with its items and events.
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;

@@ -16,9 +16,9 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use super::batch::{self, Commit};
 use super::sql::{self, ItemRow, RunRow};
 use super::{
-    Applied, Backend, BatchOutcome, Change, EventRecord, IdempotentRequest, Lease, LeaseAfter,
-    Loss, NewRun, Notification, NotificationStream, Order, RunEnding, RunStore, Saved, StoreError,
-    StoredRun, Transition, WriteBatch, findable,
+    ApiKeyRecord, Applied, Backend, BatchOutcome, Change, EventRecord, IdempotentRequest, Lease,
+    LeaseAfter, Loss, NewRun, Notification, NotificationStream, Order, RunEnding, RunStore, Saved,
+    StoreError, StoredRun, Transition, UsageRow, WriteBatch, findable,
 };
 use crate::protocol::items::Item;
 use crate::protocol::response::ResponseObject;
@@ -202,11 +202,11 @@ impl PostgresStore {
         let (held, ended, _announced): (Vec<String>, Vec<String>, i64) = sqlx::query_as(
             "WITH runs AS (
                 INSERT INTO responses (id, tenant_id, state, previous_response_id, store,
-                    created_at, updated_at, lease_owner, lease_expires_at, body)
-                SELECT id, tenant_id, state, previous, store, at, at, owner, lease, body
+                    created_at, updated_at, lease_owner, lease_expires_at, body, key_id)
+                SELECT id, tenant_id, state, previous, store, at, at, owner, lease, body, key
                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[],
-                    $6::bigint[], $7::text[], $8::bigint[], $9::text[])
-                    AS r (id, tenant_id, state, previous, store, at, owner, lease, body)
+                    $6::bigint[], $7::text[], $8::bigint[], $9::text[], $38::text[])
+                    AS r (id, tenant_id, state, previous, store, at, owner, lease, body, key)
             ), items AS (
                 INSERT INTO input_items (response_id, position, tenant_id, item_id, item)
                 SELECT * FROM UNNEST($10::text[], $11::bigint[], $12::text[], $13::text[],
@@ -282,6 +282,7 @@ impl PostgresStore {
         .bind(output.tenants)
         .bind(output.calls)
         .bind(output.items)
+        .bind(new.keys)
         .fetch_one(conn)
         .await?;
         Ok((held, ended))
@@ -750,6 +751,100 @@ impl RunStore for PostgresStore {
         sql::page_of(rows, limit)
     }
 
+    async fn create_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        let mut conn = self.writes().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query(sql::INSERT_TENANT)
+            .bind(&key.tenant_id)
+            .bind(key.created_at)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(sql::INSERT_KEY)
+            .bind(&key.id)
+            .bind(&key.tenant_id)
+            .bind(&key.name)
+            .bind(&key.hash)
+            .bind(&key.prefix)
+            .bind(&key.policy)
+            .bind(key.created_at)
+            .bind(key.revoked_at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let row: Option<sql::KeyRow> = sqlx::query_as(sql::KEY_BY_HASH)
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn key_by_id(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        if findable(id).is_err() {
+            return Ok(None);
+        }
+        let row: Option<sql::KeyRow> = sqlx::query_as(sql::KEY_BY_ID)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn list_keys(&self, tenant_id: Option<&str>) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let rows: Vec<sql::KeyRow> = sqlx::query_as(sql::LIST_KEYS)
+            .bind(tenant_id)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn revoke_key(&self, id: &str, now: UnixMillis) -> Result<bool, StoreError> {
+        if findable(id).is_err() {
+            return Ok(false);
+        }
+        let revoked = sqlx::query(sql::REVOKE_KEY)
+            .bind(now)
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(revoked == 1)
+    }
+
+    async fn add_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.writes().await?;
+        let mut tx = conn.begin().await?;
+        for row in rows {
+            sqlx::query(sql::ADD_USAGE)
+                .bind(&row.tenant_id)
+                .bind(&row.key_id)
+                .bind(&row.model)
+                .bind(&row.day)
+                .bind(row.runs)
+                .bind(row.input_tokens)
+                .bind(row.cached_tokens)
+                .bind(row.output_tokens)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn usage(&self, tenant_id: Option<&str>) -> Result<Vec<UsageRow>, StoreError> {
+        let rows: Vec<sql::UsageDbRow> = sqlx::query_as(sql::USAGE)
+            .bind(tenant_id)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         findable(id)?;
         let mut conn = self.writes().await?;
@@ -879,6 +974,7 @@ struct RunColumns<'a> {
     owners: Vec<Option<&'a str>>,
     leases: Vec<Option<UnixMillis>>,
     bodies: Vec<String>,
+    keys: Vec<Option<&'a str>>,
     item_runs: Vec<&'a str>,
     positions: Vec<i64>,
     item_tenants: Vec<&'a str>,
@@ -904,6 +1000,7 @@ impl<'a> RunColumns<'a> {
                 .push(run.lease.as_ref().map(|l| l.holder.as_str()));
             columns.leases.push(run.lease.as_ref().map(|l| l.until));
             columns.bodies.push(sql::to_json(&run.body)?);
+            columns.keys.push(run.key_id.as_deref());
             for (position, item) in (0..).zip(&run.input_items) {
                 columns.item_runs.push(run.body.id.as_str());
                 columns.positions.push(position);

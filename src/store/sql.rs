@@ -24,7 +24,7 @@ pub(super) const PRUNE_BATCH: i64 = 50;
 macro_rules! run_columns {
     () => {
         "tenant_id, state, body, transcript, lease_owner, lease_expires_at, expires_at, \
-         updated_at, cancel_requested_at"
+         updated_at, cancel_requested_at, key_id"
     };
 }
 pub(super) use run_columns;
@@ -256,6 +256,7 @@ pub(super) struct RunRow {
     pub expires_at: Option<UnixMillis>,
     pub updated_at: UnixMillis,
     pub cancel_requested_at: Option<UnixMillis>,
+    pub key_id: Option<String>,
 }
 
 impl TryFrom<RunRow> for StoredRun {
@@ -272,6 +273,7 @@ impl TryFrom<RunRow> for StoredRun {
             expires_at: row.expires_at,
             updated_at: row.updated_at,
             cancel_requested: row.cancel_requested_at.is_some(),
+            key_id: row.key_id,
         })
     }
 }
@@ -350,4 +352,99 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T,
 /// A sequence number as stored.
 pub(super) fn sequence(n: Option<i64>) -> Option<u64> {
     n.map(|n| n.max(0) as u64)
+}
+
+pub(super) const INSERT_TENANT: &str =
+    "INSERT INTO tenants (id, name, created_at) VALUES ($1, $1, $2) ON CONFLICT DO NOTHING";
+
+pub(super) const INSERT_KEY: &str = "INSERT INTO api_keys \
+     (id, tenant_id, name, hash, prefix, policy, created_at, revoked_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// The columns of a [`KeyRow`].
+macro_rules! key_columns {
+    () => {
+        "id, tenant_id, name, hash, prefix, policy, created_at, revoked_at"
+    };
+}
+
+pub(super) const KEY_BY_HASH: &str =
+    concat!("SELECT ", key_columns!(), " FROM api_keys WHERE hash = $1");
+
+pub(super) const KEY_BY_ID: &str =
+    concat!("SELECT ", key_columns!(), " FROM api_keys WHERE id = $1");
+
+pub(super) const LIST_KEYS: &str = concat!(
+    "SELECT ",
+    key_columns!(),
+    " FROM api_keys WHERE (CAST($1 AS TEXT) IS NULL OR tenant_id = $1) ORDER BY created_at, id"
+);
+
+pub(super) const REVOKE_KEY: &str =
+    "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL";
+
+pub(super) const ADD_USAGE: &str = "INSERT INTO usage \
+     (tenant_id, key_id, model, day, runs, input_tokens, cached_tokens, output_tokens) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (tenant_id, key_id, model, day) \
+     DO UPDATE SET runs = usage.runs + excluded.runs, \
+     input_tokens = usage.input_tokens + excluded.input_tokens, \
+     cached_tokens = usage.cached_tokens + excluded.cached_tokens, \
+     output_tokens = usage.output_tokens + excluded.output_tokens";
+
+pub(super) const USAGE: &str = "SELECT tenant_id, key_id, model, day, runs, input_tokens, \
+     cached_tokens, output_tokens FROM usage WHERE (CAST($1 AS TEXT) IS NULL OR tenant_id = $1) \
+     ORDER BY day, tenant_id, key_id, model";
+
+#[derive(sqlx::FromRow)]
+pub(super) struct KeyRow {
+    pub id: String,
+    pub tenant_id: String,
+    pub name: String,
+    pub hash: String,
+    pub prefix: String,
+    pub policy: String,
+    pub created_at: UnixMillis,
+    pub revoked_at: Option<UnixMillis>,
+}
+
+impl From<KeyRow> for super::ApiKeyRecord {
+    fn from(row: KeyRow) -> super::ApiKeyRecord {
+        super::ApiKeyRecord {
+            id: row.id,
+            tenant_id: row.tenant_id,
+            name: row.name,
+            hash: row.hash,
+            prefix: row.prefix,
+            policy: row.policy,
+            created_at: row.created_at,
+            revoked_at: row.revoked_at,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct UsageDbRow {
+    pub tenant_id: String,
+    pub key_id: String,
+    pub model: String,
+    pub day: String,
+    pub runs: i64,
+    pub input_tokens: i64,
+    pub cached_tokens: i64,
+    pub output_tokens: i64,
+}
+
+impl From<UsageDbRow> for super::UsageRow {
+    fn from(row: UsageDbRow) -> super::UsageRow {
+        super::UsageRow {
+            tenant_id: row.tenant_id,
+            key_id: row.key_id,
+            model: row.model,
+            day: row.day,
+            runs: row.runs,
+            input_tokens: row.input_tokens,
+            cached_tokens: row.cached_tokens,
+            output_tokens: row.output_tokens,
+        }
+    }
 }

@@ -28,9 +28,9 @@ use tokio_util::sync::CancellationToken;
 use super::batch::{self, Commit};
 use super::sql::{self, INSERT_CHUNK, ItemRow, RunRow};
 use super::{
-    Applied, Backend, BatchOutcome, Change, EventRecord, IdempotentRequest, Lease, LeaseAfter,
-    Loss, NewRun, NotificationStream, Order, RunStore, Saved, StoreError, StoredRun, Transition,
-    WriteBatch, findable,
+    ApiKeyRecord, Applied, Backend, BatchOutcome, Change, EventRecord, IdempotentRequest, Lease,
+    LeaseAfter, Loss, NewRun, NotificationStream, Order, RunStore, Saved, StoreError, StoredRun,
+    Transition, UsageRow, WriteBatch, findable,
 };
 use crate::protocol::items::Item;
 use crate::protocol::response::ResponseObject;
@@ -233,11 +233,11 @@ impl SqliteStore {
 
     /// Inserts runs with their input items and first events, several rows per statement.
     async fn insert_runs(conn: &mut SqliteConnection, runs: &[&NewRun]) -> Result<(), StoreError> {
-        // Ten columns a row: chunks stay under SQLite's parameter limit.
+        // Eleven columns a row: chunks stay under SQLite's parameter limit.
         for chunk in runs.chunks(INSERT_CHUNK / 2) {
             let mut insert = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO responses (id, tenant_id, state, previous_response_id, store, \
-                 created_at, updated_at, lease_owner, lease_expires_at, body) ",
+                 created_at, updated_at, lease_owner, lease_expires_at, body, key_id) ",
             );
             let bodies = chunk
                 .iter()
@@ -253,7 +253,8 @@ impl SqliteStore {
                     .push_bind(run.now)
                     .push_bind(run.lease.as_ref().map(|l| l.holder.as_str()))
                     .push_bind(run.lease.as_ref().map(|l| l.until))
-                    .push_bind(body);
+                    .push_bind(body)
+                    .push_bind(&run.key_id);
             });
             insert.build().execute(&mut *conn).await?;
         }
@@ -938,6 +939,100 @@ impl RunStore for SqliteStore {
         sql::page_of(rows, limit)
     }
 
+    async fn create_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        let mut conn = self.writes().await;
+        let mut tx = conn.begin().await?;
+        sqlx::query(sql::INSERT_TENANT)
+            .bind(&key.tenant_id)
+            .bind(key.created_at)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(sql::INSERT_KEY)
+            .bind(&key.id)
+            .bind(&key.tenant_id)
+            .bind(&key.name)
+            .bind(&key.hash)
+            .bind(&key.prefix)
+            .bind(&key.policy)
+            .bind(key.created_at)
+            .bind(key.revoked_at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let row: Option<sql::KeyRow> = sqlx::query_as(sql::KEY_BY_HASH)
+            .bind(hash)
+            .fetch_optional(&self.readers)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn key_by_id(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        if findable(id).is_err() {
+            return Ok(None);
+        }
+        let row: Option<sql::KeyRow> = sqlx::query_as(sql::KEY_BY_ID)
+            .bind(id)
+            .fetch_optional(&self.readers)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn list_keys(&self, tenant_id: Option<&str>) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let rows: Vec<sql::KeyRow> = sqlx::query_as(sql::LIST_KEYS)
+            .bind(tenant_id)
+            .fetch_all(&self.readers)
+            .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn revoke_key(&self, id: &str, now: UnixMillis) -> Result<bool, StoreError> {
+        if findable(id).is_err() {
+            return Ok(false);
+        }
+        let revoked = sqlx::query(sql::REVOKE_KEY)
+            .bind(now)
+            .bind(id)
+            .execute(&mut *self.writes().await)
+            .await?
+            .rows_affected();
+        Ok(revoked == 1)
+    }
+
+    async fn add_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.writes().await;
+        let mut tx = conn.begin().await?;
+        for row in rows {
+            sqlx::query(sql::ADD_USAGE)
+                .bind(&row.tenant_id)
+                .bind(&row.key_id)
+                .bind(&row.model)
+                .bind(&row.day)
+                .bind(row.runs)
+                .bind(row.input_tokens)
+                .bind(row.cached_tokens)
+                .bind(row.output_tokens)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn usage(&self, tenant_id: Option<&str>) -> Result<Vec<UsageRow>, StoreError> {
+        let rows: Vec<sql::UsageDbRow> = sqlx::query_as(sql::USAGE)
+            .bind(tenant_id)
+            .fetch_all(&self.readers)
+            .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         findable(id)?;
         let mut conn = self.writes().await;
@@ -1126,6 +1221,7 @@ mod tests {
             now: UnixMillis::now(),
             initial_events: Vec::new(),
             idempotency: None,
+            key_id: None,
         };
         store.insert_run(&run).await.unwrap();
         let stop = CancellationToken::new();

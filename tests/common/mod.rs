@@ -36,6 +36,9 @@ pub fn test_config(database_url: &str, llm: &FakeLlm) -> Config {
     let mut config = Config::defaults().unwrap();
     config.server.host = "127.0.0.1".into();
     config.server.port = 0;
+    // API keys are tested on their own (tests/auth.rs); elsewhere every request is the
+    // default tenant's.
+    config.auth.mode = switchyard::config::AuthMode::Open;
     config.server.shutdown_grace_seconds = 5;
     config.database.url = database_url.to_string();
     config.llm.provider.base_url = Some(llm.base_url());
@@ -461,6 +464,7 @@ pub fn spawn_binary_with(
         .env("SWITCHYARD__DATABASE__URL", database_url)
         .env("SWITCHYARD__LLM__BASE_URL", llm_url)
         .env("SWITCHYARD__LLM__API_KEY", "test")
+        .env("SWITCHYARD__AUTH__MODE", "open")
         .env("SWITCHYARD__RUNS__LEASE_TTL_MS", "1000")
         .env("SWITCHYARD__RUNS__SWEEP_INTERVAL_MS", "200")
         .env("RUST_LOG", "info");

@@ -17,6 +17,7 @@ use super::executor::{ServerCall, TurnCalls};
 use super::hub::{Inserted, LiveChannel};
 use super::lifecycle::{Ending, StoredEnd, end_stored};
 use super::toolset::{Executor, ToolSet};
+use super::usage::UsageMeter;
 use super::{RunEnd, RunOutcome};
 use crate::config::ToolErrorPolicy;
 use crate::llm::{FinishReason, LlmClient, LlmError, ModelRequest};
@@ -80,6 +81,8 @@ pub(super) struct Model {
     pub context: Vec<Entry>,
     /// Summed over every model turn of the run (its earlier activations included).
     pub usage: Usage,
+    /// What its earlier activations used (before a pause).
+    pub prior: Usage,
 }
 
 /// The tools a run may call and the limits it works under.
@@ -108,6 +111,9 @@ pub(super) struct Place {
     /// Closed when this execution ends.
     pub live: LiveChannel,
     pub control: Arc<RunControl>,
+    /// The API key that created the run, whose usage it adds to.
+    pub key_id: Option<String>,
+    pub usage: Arc<UsageMeter>,
 }
 
 /// How the run starts.
@@ -185,6 +191,13 @@ impl RunTask {
         let ending = Box::pin(self.finish(ending)).await;
 
         self.place.live.close().await;
+        let used = self.model.usage.minus(&self.model.prior);
+        if let Some(key_id) = &self.place.key_id {
+            let place = &self.place;
+            place
+                .usage
+                .add(&place.tenant_id, key_id, &self.out.body.model, &used);
+        }
         let stopped = !matches!(
             ending,
             Ending::Lost | Ending::HandedOver | Ending::Paused { .. }
@@ -199,6 +212,8 @@ impl RunTask {
         tracing::info!(
             status = ?self.out.body.status,
             elapsed_ms = started.elapsed().as_millis() as u64,
+            input_tokens = used.input_tokens,
+            output_tokens = used.output_tokens,
             "run stopped"
         );
         let end = match ending {

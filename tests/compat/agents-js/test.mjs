@@ -99,7 +99,7 @@ before(async () => {
   }
   const client = new OpenAI({
     baseURL: `${services.baseURL}/v1`,
-    apiKey: 'test',
+    apiKey: services.apiKey,
     maxRetries: 0,
     timeout: 30_000,
     fetch: recordingFetch,
@@ -203,7 +203,7 @@ check('1 function tool: the replayed function_call_output completes the paused r
 
   const [first] = await sdkCalls();
   const paused = await fetch(`${services.baseURL}/v1/responses/${first.answer.id}`, {
-    headers: { authorization: 'Bearer test' },
+    headers: { authorization: `Bearer ${services.apiKey}` },
   }).then((r) => r.json());
   assert.equal(paused.status, 'completed');
   assert.equal(paused.required_action, null, 'the paused response still waits for tool outputs');

@@ -16,9 +16,19 @@
 //   `resume_agent`) and hosted `{"type": "web_search", "external_web_access": false}`. With
 //   gpt-5.5 of its catalog it adds the custom tool `apply_patch` (a lark grammar `format`) and
 //   `{"type": "tool_search", "execution": "client"}`, and leaves the namespace out. Its other
-//   catalog models (gpt-5.6-*, gpt-6-*) use "Responses lite": no `tools`, an input item
-//   `{"type": "additional_tools", "tools": [namespaces]}`, header
-//   `x-openai-internal-codex-responses-lite: true` (not covered here);
+//   catalog models (gpt-5.6-*, gpt-6-*: `use_responses_lite`, `tool_mode: code_mode_only`) use
+//   "Responses lite": no `tools` key but a first input item `{"type": "additional_tools",
+//   "id": "at_…", "role": "developer", "tools": [namespaces]}` (namespace `functions`: the
+//   custom tool `exec`, `wait`, `request_user_input`, `request_user_input_async`; `clock`;
+//   `collaboration`), header `x-openai-internal-codex-responses-lite: true`,
+//   `reasoning: {effort, context: "all_turns"}`, `parallel_tool_calls: false`. Its shell there
+//   is `exec`: JavaScript source (a lark grammar: an optional `// @exec: {…}` pragma line, then
+//   the source) run in a V8 isolate with its other tools on `tools` (`tools.exec_command({cmd})`)
+//   and `text(…)` for the output (a nested `exec_command` shows in `--json` as a
+//   `command_execution`). Switchyard returns the call as a `custom_tool_call` with
+//   `namespace: "functions"` (Codex 0.169.0 runs it without the namespace too: tried against a
+//   stub server), and Codex replays it with a `custom_tool_call_output` whose output is
+//   input_text parts ("Script completed\nWall time …\nOutput:\n", then the text);
 // * a tool call: Codex runs it and continues by REPLAYING the whole history, never with
 //   `previous_response_id`: the `function_call` item as switchyard sent it (`fc_` id, `status`)
 //   then `{"type": "function_call_output", "id": "fco_<uuid>", "call_id", "output"}` (for
@@ -33,7 +43,7 @@
 // Starts its own fake-llm and switchyard (../node/harness.mjs); nothing leaves the machine.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,8 +62,11 @@ const CODEX_VERSION = (() => {
   }
 })();
 const SANDBOX = process.env.CODEX_COMPAT_SANDBOX || 'workspace-write';
-/** Codex's homes and workspaces (ignored by git; removed after a run that passed). */
-const WORK = path.join(HERE, '.work');
+/**
+ * Codex's homes and workspaces (ignored by git; removed after a run that passed), one folder
+ * per process so that runs side by side do not remove each other's.
+ */
+const WORK = path.join(HERE, '.work', `pid-${process.pid}`);
 const RUN_TIMEOUT_MS = 90_000;
 /** The shell command the scripted model runs, and what it prints (so it must really run). */
 const COMMAND = 'echo codex-compat-$((6*7))';
@@ -163,7 +176,7 @@ function codex(dirs, args) {
       ([k]) => !k.startsWith('CODEX_') && !k.startsWith('OPENAI_') && !k.startsWith('SWITCHYARD'),
     ),
   );
-  Object.assign(env, { HOME: dirs.home, CODEX_HOME: dirs.codexHome, SWITCHYARD_API_KEY: 'test', NO_COLOR: '1' });
+  Object.assign(env, { HOME: dirs.home, CODEX_HOME: dirs.codexHome, SWITCHYARD_API_KEY: services.apiKey, NO_COLOR: '1' });
   return new Promise((resolve, reject) => {
     // Its own process group: on a timeout the native binary and its shells go too.
     const child = spawn(process.execPath, [CODEX_JS, ...args], {
@@ -273,7 +286,14 @@ after(async () => {
   proxy?.close();
   await services.stop();
   if (failed) console.error(`${services.logs()}\n(Codex's homes and workspaces are kept in ${WORK})`);
-  else rmSync(WORK, { recursive: true, force: true });
+  else {
+    rmSync(WORK, { recursive: true, force: true });
+    try {
+      rmdirSync(path.dirname(WORK)); // unless another run still uses it
+    } catch {
+      // not empty
+    }
+  }
 });
 
 check(`codex ${CODEX_VERSION} exec prints the model's text answer`, async () => {
@@ -348,7 +368,7 @@ check('codex exec with a model of its catalog applies the patch the model sends 
   // The metadata of a model Codex knows (gpt-5.5 in 0.169.0), under the name switchyard routes:
   // Codex then sends what it sends for its own models (apply_patch as a custom tool with a lark
   // grammar, tool_search, text.verbosity). The catalog's other models use "Responses lite"
-  // (`use_responses_lite`: no `tools`, an `additional_tools` input item), not covered here.
+  // (`use_responses_lite`: no `tools`, an `additional_tools` input item): tests below.
   const listed = await codex(dirs, ['debug', 'models']);
   assert.equal(listed.code, 0, explain(listed));
   const { models } = JSON.parse(listed.stdout);
@@ -379,4 +399,126 @@ check('codex exec with a model of its catalog applies the patch the model sends 
   assert.equal(output?.tool_call_id, 'call_codex_patch');
   assert.match(text(output), /A hello\.txt/, "apply_patch's report reached the model");
   rmSync(path.join(dirs.workspace, 'hello.txt'));
+});
+
+/**
+ * A catalog for `model_catalog_json`: the metadata of a "Responses lite" model of Codex's own
+ * catalog (gpt-5.6-*, gpt-6-* in 0.169.0: `use_responses_lite`, `tool_mode: code_mode_only`)
+ * under the name switchyard routes. Codex then sends no `tools` but an `additional_tools`
+ * input item, whose namespace `functions` holds its shell as the custom tool `exec`.
+ */
+async function liteCatalog(dirs) {
+  const listed = await codex(dirs, ['debug', 'models']);
+  assert.equal(listed.code, 0, explain(listed));
+  const { models } = JSON.parse(listed.stdout);
+  const lite = models.find((m) => m.use_responses_lite && m.tool_mode === 'code_mode_only' && m.visibility === 'list');
+  assert.ok(lite, 'a listed catalog model that uses Responses lite and code mode');
+  const catalog = path.join(dirs.codexHome, 'catalog.json');
+  writeFileSync(catalog, JSON.stringify({ models: [{ ...lite, slug: MODEL, display_name: MODEL }] }));
+  return [`model_catalog_json=${JSON.stringify(catalog)}`];
+}
+
+/** The `additional_tools` input item of a Codex request (Responses lite), checked for shape. */
+function additionalTools(body, run) {
+  assert.equal(body.tools, undefined, `no tools key in Responses lite\n${explain(run)}`);
+  const [first] = body.input;
+  assert.equal(first?.type, 'additional_tools', `the first input item declares the tools\n${explain(run)}`);
+  assert.match(first.id, /^at_/);
+  return first;
+}
+
+check('codex exec with a Responses-lite model of its catalog prints the text answer, its additional_tools offered to the model', async () => {
+  const dirs = codexHome(`http://127.0.0.1:${proxy.address().port}`);
+  const config = await liteCatalog(dirs);
+  await services.script(textTurn(['Hello', ' from', ' switchyard', ' (lite).']));
+
+  const run = await codexExec(dirs, 'say hello', { config });
+
+  assertSucceeded(run);
+  assert.equal(run.stdout.trim(), 'Hello from switchyard (lite).', explain(run));
+  assert.equal(wire.length, 1, `Codex made one request\n${explain(run)}`);
+  assert.equal(wire[0].headers['x-openai-internal-codex-responses-lite'], 'true');
+  const [request] = codexRequests();
+  assert.equal(request.parallel_tool_calls, false);
+  assert.equal(request.reasoning?.context, 'all_turns');
+  const item = additionalTools(request, run);
+  const declared = declaredTools(item);
+  const exec = item.tools
+    .find((t) => t.type === 'namespace' && t.name === 'functions')
+    ?.tools.find((t) => t.name === 'exec');
+  assert.equal(exec?.type, 'custom', 'the shell of Responses lite is the custom tool functions.exec');
+  assert.ok(declared.functions.includes('wait') && declared.functions.includes('request_user_input'));
+
+  const upstream = await services.upstreamRequests();
+  assert.equal(upstream.length, 1);
+  const { messages, tools } = upstream[0];
+  assert.equal(text(messages.at(-1)), 'say hello');
+  // The additional_tools item declares tools; it is no message of the conversation.
+  assert.ok(!messages.some((m) => text(m).includes(exec.description.split('\n')[0])));
+  // SPEC §6: its namespaces flattened into their functions; a custom tool is a function with
+  // one string argument `input`.
+  assert.deepEqual((tools ?? []).map((t) => t.function.name).sort(), declared.functions);
+  const offered = tools.find((t) => t.function.name === 'exec');
+  assert.deepEqual(Object.keys(offered.function.parameters.properties), ['input']);
+  assert.equal(offered.function.parameters.properties.input.type, 'string');
+});
+
+check('codex exec with a Responses-lite model runs the shell command the model sends to its custom exec tool', async () => {
+  const dirs = codexHome(`http://127.0.0.1:${proxy.address().port}`);
+  const config = await liteCatalog(dirs);
+  // `exec` takes JavaScript source (its lark grammar: an optional `// @exec: {…}` pragma line,
+  // then any source) run in a V8 isolate, with Codex's other tools on `tools` (the shell is
+  // `tools.exec_command({cmd})`) and `text(…)` appending to the call's output.
+  const script =
+    `const result = await tools.exec_command({ cmd: ${JSON.stringify(COMMAND)} });\n` +
+    'text(result.output);\n';
+  await services.script(
+    toolCallTurn([['call_codex_exec', 'exec', JSON.stringify({ input: script })]]),
+    textTurn(['The', ' script', ' printed', ` ${COMMAND_OUTPUT}.`], { promptTokens: 20, completionTokens: 6 }),
+  );
+
+  const run = await codexExec(dirs, 'run the command', { json: true, config });
+
+  assertSucceeded(run);
+  const items = events(run)
+    .filter((e) => e.type === 'item.completed')
+    .map((e) => e.item);
+  // The nested exec_command shows as a command Codex ran.
+  const command = items.find((item) => item.type === 'command_execution');
+  assert.ok(command, `Codex ran a command\n${explain(run)}`);
+  assert.match(command.command, /echo codex-compat-/);
+  assert.equal(command.exit_code, 0);
+  assert.match(command.aggregated_output, new RegExp(COMMAND_OUTPUT));
+  const answer = items.filter((item) => item.type === 'agent_message').at(-1);
+  assert.equal(answer?.text, `The script printed ${COMMAND_OUTPUT}.`, explain(run));
+  const completed = events(run).find((e) => e.type === 'turn.completed');
+  assert.equal(completed?.usage?.input_tokens, 10 + 20, 'the usage of both model turns');
+  assert.equal(completed?.usage?.output_tokens, 5 + 6);
+  assert.equal(wire.length, 2, `one request per model turn\n${explain(run)}`);
+
+  // Codex replays the call as switchyard sent it (a custom_tool_call in namespace `functions`)
+  // with the script's output.
+  const [, second] = codexRequests();
+  additionalTools(second, run);
+  const call = second.input.find((i) => i.type === 'custom_tool_call');
+  assert.deepEqual(
+    call && { call_id: call.call_id, name: call.name, namespace: call.namespace, input: call.input },
+    { call_id: 'call_codex_exec', name: 'exec', namespace: 'functions', input: script },
+    explain(run),
+  );
+  const replayed = second.input.find((i) => i.type === 'custom_tool_call_output');
+  assert.equal(replayed?.call_id, 'call_codex_exec');
+  assert.match(text({ content: replayed.output }), new RegExp(COMMAND_OUTPUT), "the script's output, as Codex replays it");
+
+  const upstream = await services.upstreamRequests();
+  assert.equal(upstream.length, 2);
+  const messages = upstream[1].messages;
+  const assistant = messages.find((m) => m.role === 'assistant' && m.tool_calls?.length);
+  assert.deepEqual(
+    assistant.tool_calls.map((c) => [c.id, c.function.name, JSON.parse(c.function.arguments)]),
+    [['call_codex_exec', 'exec', { input: script }]],
+  );
+  const output = messages.find((m) => m.role === 'tool');
+  assert.equal(output?.tool_call_id, 'call_codex_exec');
+  assert.match(text(output), new RegExp(COMMAND_OUTPUT), "the command's output reached the model");
 });

@@ -136,7 +136,7 @@ def make_llm(services: Services, sent: Recorder) -> Iterator[Callable[..., ChatO
         return ChatOpenAI(
             model=MODEL,
             base_url=f"{services.base_url}/v1",
-            api_key="test",
+            api_key=services.api_key,
             use_responses_api=True,
             max_retries=0,
             http_client=http_client,

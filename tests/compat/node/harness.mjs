@@ -1,6 +1,6 @@
 // Starts fake-llm and switchyard as child processes (logs captured to files) and talks to the
 // fake's control API. Same environment contract as tests/compat/python/harness.py.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -90,6 +90,8 @@ export class Services {
     this.children = [];
     this.fakeUrl = '';
     this.baseURL = '';
+    /** This instance's API key (every /v1 request needs one), made as an operator would. */
+    this.apiKey = '';
   }
 
   #spawn(argv, log, env) {
@@ -134,6 +136,14 @@ export class Services {
       SWITCHYARD__LLM__BASE_URL: `${this.fakeUrl}/v1`,
       SWITCHYARD__LLM__API_KEY: 'test',
     });
+    const made = spawnSync(binary('SWITCHYARD_BIN', 'switchyard'), ['keys', 'create', '--tenant', 'compat', '--name', 'suite'], {
+      cwd: REPO_ROOT,
+      env,
+      encoding: 'utf8',
+      timeout: STARTUP_TIMEOUT_MS,
+    });
+    if (made.status !== 0) throw new Error(`switchyard keys create failed: ${made.stderr}`);
+    this.apiKey = made.stdout.trim();
     const switchyard = this.#spawn([binary('SWITCHYARD_BIN', 'switchyard')], this.switchyardLog, env);
     this.baseURL = `http://127.0.0.1:${port}`;
     for (;;) {

@@ -31,7 +31,7 @@ before(async () => {
     failed = true;
     throw error;
   }
-  client = new OpenAI({ baseURL: `${services.baseURL}/v1`, apiKey: 'test', maxRetries: 0, timeout: 30_000 });
+  client = new OpenAI({ baseURL: `${services.baseURL}/v1`, apiKey: services.apiKey, maxRetries: 0, timeout: 30_000 });
 });
 
 beforeEach(async () => {

@@ -69,7 +69,7 @@ def base_url(services: Services) -> str:
 def client(services: Services) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(
         base_url=f"{services.base_url}/v1",
-        api_key="test",
+        api_key=services.api_key,
         max_retries=0,
         timeout=HTTP_TIMEOUT_S,
         _strict_response_validation=True,

@@ -91,13 +91,26 @@ class RawResponse:
         return json.loads(self.body)
 
 
+# The API key of each running switchyard, by its base URL (each has a database of its own).
+_API_KEYS: dict[str, str] = {}
+
+
+def api_key_for(url: str) -> str:
+    """The API key of the switchyard instance `url` belongs to ("" for other servers)."""
+    for base, key in _API_KEYS.items():
+        if url.startswith(base):
+            return key
+    return ""
+
+
 def request(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> RawResponse:
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=HTTP_TIMEOUT_S)
     try:
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         payload = None if body is None else json.dumps(body).encode()
-        all_headers = {"Authorization": "Bearer test", **(headers or {})}
+        key = api_key_for(url)
+        all_headers = {**({"Authorization": f"Bearer {key}"} if key else {}), **(headers or {})}
         if payload is not None:
             all_headers["Content-Type"] = "application/json"
         conn.request(method, path, body=payload, headers=all_headers)
@@ -250,6 +263,7 @@ class Services:
         self._procs: list[tuple[subprocess.Popen[bytes], Any]] = []
         self.fake_url = ""
         self.base_url = ""
+        self.api_key = ""
 
     @property
     def logs(self) -> list[Path]:
@@ -297,8 +311,20 @@ class Services:
                 **self.settings,
             }
         )
+        # A key of its own (SPEC §2: every /v1 request needs one), made as an operator would.
+        made = subprocess.run(
+            [str(binary("SWITCHYARD_BIN", "switchyard")), "keys", "create", "--tenant", "compat", "--name", "suite"],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            timeout=STARTUP_TIMEOUT_S,
+        )
+        if made.returncode != 0:
+            raise RuntimeError(f"switchyard keys create failed: {made.stderr.decode(errors='replace')}")
+        self.api_key = made.stdout.decode().strip()
         switchyard = self._spawn([str(binary("SWITCHYARD_BIN", "switchyard"))], self.switchyard_log, env)
         self.base_url = f"http://127.0.0.1:{port}"
+        _API_KEYS[self.base_url] = self.api_key
         while True:
             try:
                 if request("GET", f"{self.base_url}/readyz").status == 200:

@@ -39,6 +39,7 @@ from openai.types.responses import Response, ResponseCompletedEvent, ResponseFun
 from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools
 
 from harness import (
+    api_key_for,
     BUILTIN_SERVER,
     BUILTIN_TOOL_NAMES,
     HTTP_TIMEOUT_S,
@@ -71,7 +72,7 @@ def no_tracing() -> Iterator[None]:
 async def responses_model(base_url: str) -> AsyncIterator[OpenAIResponsesModel]:
     async with openai.AsyncOpenAI(
         base_url=f"{base_url}/v1",
-        api_key="test",
+        api_key=api_key_for(base_url),
         max_retries=0,
         timeout=HTTP_TIMEOUT_S,
         _strict_response_validation=True,
@@ -506,7 +507,7 @@ def test_a_run_left_waiting_expires_into_a_response_that_parses_under_strict_val
     fake = FakeLLM(short_pause_services.fake_url)
     fake.reset()
     script_weather(fake)
-    with openai.OpenAI(base_url=f"{short_pause_services.base_url}/v1", api_key="test", max_retries=0) as client:
+    with openai.OpenAI(base_url=f"{short_pause_services.base_url}/v1", api_key=short_pause_services.api_key, max_retries=0) as client:
         paused = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=[WEATHER_TOOL])
     # Nobody answers the call.
     first_id = paused.id
@@ -518,7 +519,10 @@ def test_a_run_left_waiting_expires_into_a_response_that_parses_under_strict_val
     # A response the client saw `completed` is now `incomplete` (SPEC §3: expired).
     assert (body["status"], body["incomplete_details"]) == ("incomplete", {"reason": "tool_outputs_expired"})
     with openai.OpenAI(
-        base_url=f"{short_pause_services.base_url}/v1", api_key="test", max_retries=0, _strict_response_validation=True
+        base_url=f"{short_pause_services.base_url}/v1",
+        api_key=short_pause_services.api_key,
+        max_retries=0,
+        _strict_response_validation=True,
     ) as strict_client:
         expired = strict_client.responses.retrieve(first_id)  # raises APIResponseValidationError
     assert expired.status == "incomplete"

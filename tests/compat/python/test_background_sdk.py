@@ -135,7 +135,7 @@ def test_the_stream_helper_reattaches_to_a_running_background_response_after_a_s
 def one_slot_client(one_slot_services: Services) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(
         base_url=f"{one_slot_services.base_url}/v1",
-        api_key="test",
+        api_key=one_slot_services.api_key,
         max_retries=0,
         timeout=HTTP_TIMEOUT_S,
         _strict_response_validation=True,

@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import pytest
 
-from harness import HTTP_TIMEOUT_S, MODEL, FakeLLM, Services, conversation, text_turn
+from harness import HTTP_TIMEOUT_S, MODEL, FakeLLM, Services, api_key_for, conversation, text_turn
 
 
 def test_a_create_repeated_with_one_idempotency_key_gets_one_response_and_another_body_is_refused(
@@ -70,7 +70,7 @@ class RecordingClient:
         http_client = openai.DefaultHttpxClient(event_hooks={"request": [lambda r: self.sent.append(dict(r.headers))]})
         self.client = openai.OpenAI(
             base_url=f"{base_url}/v1",
-            api_key="test",
+            api_key=api_key_for(base_url),
             timeout=HTTP_TIMEOUT_S,
             _strict_response_validation=True,
             http_client=http_client,

@@ -26,6 +26,7 @@ from harness import (
     RESPONSE_KEYS,
     FakeLLM,
     Services,
+    api_key_for,
     id_pattern,
     text_turn,
     tool_call_turn,
@@ -106,7 +107,7 @@ class Api:
     def _request(
         self, method: str, path: str, body: Any, accept: str, extra_headers: dict[str, str] | None = None
     ) -> urllib.request.Request:
-        headers = {"Authorization": "Bearer test", "Accept": accept, **(extra_headers or {})}
+        headers = {"Authorization": f"Bearer {api_key_for(self.root)}", "Accept": accept, **(extra_headers or {})}
         data = None
         if body is not None:
             data = json.dumps(body).encode()

@@ -93,7 +93,7 @@ function client() {
   const requests = [];
   const provider = createOpenAI({
     baseURL: `${services.baseURL}/v1`,
-    apiKey: 'test',
+    apiKey: services.apiKey,
     fetch: async (url, init) => {
       const request = {
         method: init?.method ?? 'GET',
@@ -276,7 +276,7 @@ check('the responses a replayed tool loop answered are no longer waiting for too
 
   assert.equal(result.text, 'Sunny');
   const paused = result.steps[0].response.id;
-  const response = await fetch(`${services.baseURL}/v1/responses/${paused}`, { headers: { authorization: 'Bearer test' } });
+  const response = await fetch(`${services.baseURL}/v1/responses/${paused}`, { headers: { authorization: `Bearer ${services.apiKey}` } });
   assert.equal(response.status, 200);
   const body = await response.json();
   assert.equal(body.status, 'completed');
