@@ -28,6 +28,7 @@ const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
 
 pub struct Application {
     listener: TcpListener,
+    connections: ConnectionLimits,
     addr: SocketAddr,
     engine: Engine,
     writer: HubWriter,
@@ -84,6 +85,7 @@ impl Application {
             idempotency_ttl: Duration::from_secs(
                 config.runs.idempotency_ttl_hours.saturating_mul(3600),
             ),
+            limits: config.limits.clone(),
         };
         let engine = Engine::new(store.clone(), hub, models, registry, settings);
         // One process serves an SQLite file (it holds the lock), so whatever it finds
@@ -113,11 +115,19 @@ impl Application {
         let state = AppState {
             engine: engine.clone(),
             auth: Arc::new(Authenticator::new(store.clone(), open)),
+            body_timeout: Duration::from_secs(config.server.body_read_timeout_seconds.max(1)),
             body_limit: config.server.body_limit_bytes,
             heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
         };
+        let connections = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(
+                config.server.header_read_timeout_seconds.max(1),
+            ),
+            max_connections: config.server.max_connections,
+        };
         Ok(Application {
             listener,
+            connections,
             addr,
             engine,
             writer,
@@ -145,6 +155,7 @@ impl Application {
         let mut server = tokio::spawn(serve_http(
             self.listener,
             self.router,
+            self.connections,
             stop_accepting.clone(),
         ));
 
@@ -186,17 +197,27 @@ impl Application {
 async fn serve_http(
     listener: TcpListener,
     router: axum::Router,
+    limits: ConnectionLimits,
     stop_accepting: CancellationToken,
 ) -> std::io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).half_close(true);
+    http.timer(TokioTimer::new())
+        .half_close(true)
+        .header_read_timeout(limits.header_read_timeout);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     // Tells open connections to finish their current response and close.
     let closing = CancellationToken::new();
     let mut connections = JoinSet::new();
     loop {
-        let accepted = tokio::select! {
+        // A slot first: at the limit, new connections wait in the listen queue.
+        let slot = tokio::select! {
             _ = stop_accepting.cancelled() => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            slot = slots.clone().acquire_owned() => slot,
+        };
+        let Ok(slot) = slot else { break };
+        let accepted = tokio::select! {
+            _ = stop_accepting.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
         let tcp = match accepted {
@@ -231,6 +252,7 @@ async fn serve_http(
             .with_upgrades();
         let closing = closing.clone();
         connections.spawn(async move {
+            let _slot = slot;
             let mut connection = std::pin::pin!(connection);
             let ended = tokio::select! {
                 ended = connection.as_mut() => ended,
@@ -252,16 +274,14 @@ async fn serve_http(
     Ok(())
 }
 
+/// What one connection may take of the server.
+#[derive(Clone, Copy)]
+struct ConnectionLimits {
+    header_read_timeout: Duration,
+    max_connections: usize,
+}
+
 /// A database URL without its password, for messages.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    crate::redact::url(url)
 }

@@ -10,6 +10,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::redact;
+
 /// The defaults, compiled into the binary so it runs from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
@@ -25,8 +27,13 @@ pub struct Config {
     /// Named providers, each routing its own `models`.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// Per model, another model to ask when its provider fails before it streams.
+    #[serde(default)]
+    pub fallbacks: BTreeMap<String, FallbackConfig>,
     pub runs: RunsConfig,
     pub tools: ToolsConfig,
+    /// What one request may ask for.
+    pub limits: crate::protocol::request::RequestLimits,
     /// HTTP tool servers by label.
     #[serde(default)]
     pub tool_servers: BTreeMap<String, ToolServerConfig>,
@@ -47,6 +54,9 @@ pub struct ToolsConfig {
     /// each; unmapped ones are left out of what the model sees.
     #[serde(default)]
     pub hosted: BTreeMap<String, String>,
+    /// Tools taken out of the registry altogether (a built-in one such as `fetch_url`).
+    #[serde(default)]
+    pub disabled: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -140,6 +150,12 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     pub shutdown_grace_seconds: u64,
     pub heartbeat_seconds: u64,
+    /// A connection that has not sent a request's headers within this is closed.
+    pub header_read_timeout_seconds: u64,
+    /// A request whose body has not arrived within this gets a 408.
+    pub body_read_timeout_seconds: u64,
+    /// Connections served at once; beyond it, new ones wait to be accepted.
+    pub max_connections: usize,
 }
 
 /// Who may call the service.
@@ -172,6 +188,20 @@ pub struct LlmConfig {
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub idle_timeout_ms: u64,
+    /// Attempts after the first when a provider fails before it streams (a connection that
+    /// fails, a 429, a 5xx), waiting `retry_initial_ms` doubled each time up to
+    /// `retry_max_ms` (with jitter), or what its `Retry-After` asks.
+    pub retries: u32,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+}
+
+/// Where a model's requests go when its provider fails before it streams.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackConfig {
+    /// The model to ask instead (routed by its own provider).
+    pub model: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -187,6 +217,10 @@ pub struct ProviderConfig {
     /// and an HTTP/2 server's cap on concurrent streams would make runs beyond it wait.
     #[serde(default)]
     pub http2: bool,
+    /// Requests (streams) at once to this provider; more wait for a slot (as long as
+    /// `llm.first_byte_timeout_ms`). None: unlimited.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<usize>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -255,6 +289,7 @@ pub struct ResolvedProvider {
     pub api_key: Option<Secret>,
     pub models: Vec<String>,
     pub http2: bool,
+    pub max_concurrent_requests: Option<usize>,
 }
 
 impl Config {
@@ -339,6 +374,19 @@ impl Config {
                 }
             }
         }
+        for (model, fallback) in &self.fallbacks {
+            let routed = owner.contains_key(&fallback.model)
+                || self
+                    .providers()
+                    .iter()
+                    .any(|p| p.models.iter().any(|m| m == "*"));
+            if !routed {
+                return Err(ConfigError::Invalid(format!(
+                    "fallbacks.{model}.model names {:?}, which no provider routes",
+                    fallback.model
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -356,8 +404,20 @@ impl Config {
         let mut shown = self.clone();
         // Show the resolved default provider so operators see where requests will go.
         let default = resolve("default", &self.llm.provider, true);
-        shown.llm.provider.base_url = Some(default.base_url);
+        shown.llm.provider.base_url = Some(redact::url(&default.base_url));
         shown.llm.provider.api_key = default.api_key;
+        shown.database.url = redact::url(&shown.database.url);
+        for provider in shown.providers.values_mut() {
+            provider.base_url = provider.base_url.as_deref().map(redact::url);
+        }
+        for server in shown.tool_servers.values_mut() {
+            for tool in &mut server.tools {
+                tool.url = redact::url(&tool.url);
+                for value in tool.headers.values_mut() {
+                    *value = redact::header_value(value);
+                }
+            }
+        }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}"))
     }
 }
@@ -384,5 +444,6 @@ fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedP
         api_key,
         models: provider.models.clone(),
         http2: provider.http2,
+        max_concurrent_requests: provider.max_concurrent_requests,
     }
 }

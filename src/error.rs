@@ -32,6 +32,9 @@ pub enum ApiError {
     /// 413: the body is over the configured limit.
     #[error("request body too large")]
     PayloadTooLarge { limit: usize },
+    /// 408: the request body did not arrive in time.
+    #[error("request body timeout")]
+    RequestTimeout { seconds: u64 },
     /// 415: the body is not JSON.
     #[error("unsupported content type")]
     UnsupportedMediaType,
@@ -95,6 +98,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Upstream { .. } => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -150,6 +154,12 @@ impl ApiError {
                 format!("Request body too large: the limit is {limit} bytes."),
                 None,
                 Some("request_too_large".into()),
+            ),
+            ApiError::RequestTimeout { seconds } => (
+                "invalid_request_error",
+                format!("The request body did not arrive within {seconds} seconds."),
+                None,
+                Some("request_timeout".into()),
             ),
             ApiError::UnsupportedMediaType => (
                 "invalid_request_error",

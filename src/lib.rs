@@ -11,6 +11,7 @@ pub mod engine;
 pub mod error;
 pub mod llm;
 pub mod protocol;
+pub mod redact;
 pub mod store;
 pub mod telemetry;
 pub mod time;

@@ -10,9 +10,15 @@
 //! and exit (measured with it: a text run alone on SQLite 2.5 % slower with the spans than
 //! without them).
 
+use std::fmt;
+
 use tracing::Subscriber;
+use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -72,7 +78,91 @@ where
         .with_ansi(ansi)
         .with_writer(writer);
     match std::env::var("SWITCHYARD_LOG_FORMAT").is_ok_and(|v| v == "json") {
+        // JSON escapes every control character itself.
         true => layer.json().boxed(),
-        false => layer.boxed(),
+        false => layer.fmt_fields(EscapedFields).boxed(),
+    }
+}
+
+/// The plain format's fields, with control characters escaped: a value that came from outside
+/// (a tool's error body, an argument name the model chose) cannot start a forged log line
+/// with a newline, nor send escape sequences to a terminal.
+struct EscapedFields;
+
+impl<'writer> FormatFields<'writer> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+        let mut visitor = EscapingVisitor {
+            writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct EscapingVisitor<'writer> {
+    writer: Writer<'writer>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl EscapingVisitor<'_> {
+    fn write(&mut self, field: &Field, value: &str) {
+        if self.result.is_err() {
+            return;
+        }
+        let separator = if self.first { "" } else { " " };
+        self.first = false;
+        self.result = match field.name() {
+            "message" => write!(self.writer, "{separator}{}", escape(value)),
+            name => write!(self.writer, "{separator}{name}={}", escape(value)),
+        };
+    }
+}
+
+impl Visit for EscapingVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        // Quoted as the default format does (its escapes leave no control character raw).
+        match field.name() {
+            "message" => self.write(field, value),
+            _ => self.write(field, &format!("{value:?}")),
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.write(field, &format!("{value:?}"));
+    }
+}
+
+/// `text` with its control characters written as escapes (`\n`, `\u{1b}`, …).
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => escaped.push_str("\\n"),
+            '\r' => escaped.push_str("\\r"),
+            '\t' => escaped.push_str("\\t"),
+            c if c.is_control() => escaped.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => escaped.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn control_characters_are_escaped_and_other_text_is_kept() {
+        assert_eq!(escape("plain é ✓"), "plain é ✓");
+        assert_eq!(
+            escape("a\nINFO forged\r\u{1b}[31mred\u{7}"),
+            "a\\nINFO forged\\r\\u{1b}[31mred\\u{7}"
+        );
     }
 }

@@ -488,19 +488,19 @@ async fn upstream_failures_mid_stream_end_with_error_then_response_failed() {
         (
             Turn::error(500, "boom"),
             "upstream_error",
-            "answered 500: boom",
+            "answered HTTP 500.",
         ),
         (
             Turn::error(429, "slow down"),
             "upstream_rate_limited",
-            "answered 429: slow down",
+            "rate limited (HTTP 429)",
         ),
         (
             Turn::text("late").delayed(3_000),
             "upstream_timeout",
             "did not answer within 2000 ms",
         ),
-        (cut, "upstream_stream_error", "stream broke"),
+        (cut, "upstream_stream_error", "stream broke off"),
     ];
     for (turn, code, fragment) in cases {
         app.llm.push(turn);
@@ -555,7 +555,9 @@ async fn upstream_failures_without_a_stream_are_502_or_504_and_the_run_is_stored
     assert_eq!(body["error"]["type"], "server_error");
     assert_eq!(body["error"]["code"], "upstream_error");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("answered 500: boom"), "{message}");
+    // The upstream's own words stay in the log.
+    assert!(message.contains("answered HTTP 500"), "{message}");
+    assert!(!message.contains("boom"), "{message}");
     let id = message
         .split("response ")
         .nth(1)
@@ -753,6 +755,7 @@ async fn named_providers_route_their_own_models_over_http1_or_http2() {
                 api_key_env: None,
                 models: vec!["llama3".into()],
                 http2: true,
+                max_concurrent_requests: None,
             },
         );
     })

@@ -168,3 +168,195 @@ fn serve_answers_and_stops_cleanly_on_sigterm() {
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
 }
+
+#[test]
+fn check_config_hides_inline_header_secrets_and_url_passwords_and_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tools.toml");
+    std::fs::write(
+        &file,
+        r#"
+[database]
+url = "postgres://app:db-password@db.internal/switchyard"
+[[tool_servers.search.tools]]
+name = "search"
+url = "https://user:url-password@search.internal/q?api_key=sk-query-key&lang=en"
+headers = { Authorization = "Bearer sk-inline-header", "X-Token" = "${SEARCH_TOKEN}" }
+"#,
+    )
+    .unwrap();
+    let (code, out, err) = run(switchyard()
+        .args(["--config", file.to_str().unwrap(), "check-config"])
+        .env("SEARCH_TOKEN", "from-env"));
+    assert_eq!(code, 0, "{err}");
+    for secret in [
+        "db-password",
+        "url-password",
+        "sk-query-key",
+        "sk-inline-header",
+        "from-env",
+    ] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret} shown:\n{out}"
+        );
+    }
+    assert!(
+        out.contains("postgres://app:***@db.internal/switchyard"),
+        "{out}"
+    );
+    assert!(out.contains("api_key=***"), "{out}");
+    assert!(out.contains("Authorization = \"***\""), "{out}");
+    assert!(
+        out.contains("${SEARCH_TOKEN}"),
+        "a reference is shown as it is: {out}"
+    );
+}
+
+#[test]
+fn api_keys_are_made_listed_and_revoked_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/k.db", dir.path().display());
+    let (code, secret, err) = run(switchyard()
+        .args([
+            "keys",
+            "create",
+            "--tenant",
+            "acme",
+            "--name",
+            "ci",
+            "--deny-tools",
+            "fetch_url",
+        ])
+        .env("SWITCHYARD__DATABASE__URL", &url));
+    assert_eq!(code, 0, "{err}");
+    let secret = secret.trim();
+    assert!(secret.starts_with("sk-sy-"), "{secret}");
+    assert!(err.contains("shown only this once"), "{err}");
+    let (code, list, _) = run(switchyard()
+        .args(["keys", "list"])
+        .env("SWITCHYARD__DATABASE__URL", &url));
+    assert_eq!(code, 0);
+    assert!(
+        list.contains("acme") && list.contains("active") && list.contains("fetch_url"),
+        "{list}"
+    );
+    assert!(
+        !list.contains(&secret[10..]),
+        "the secret is never listed: {list}"
+    );
+    let id = list
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let (code, out, _) = run(switchyard()
+        .args(["keys", "revoke", id])
+        .env("SWITCHYARD__DATABASE__URL", &url));
+    assert_eq!(code, 0, "{out}");
+    let (_, list, _) = run(switchyard()
+        .args(["keys", "list"])
+        .env("SWITCHYARD__DATABASE__URL", &url));
+    assert!(list.contains("revoked"), "{list}");
+    let (code, _, err) = run(switchyard()
+        .args(["keys", "revoke", id])
+        .env("SWITCHYARD__DATABASE__URL", &url));
+    assert_ne!(code, 0);
+    assert!(err.contains("no active key"), "{err}");
+}
+
+#[test]
+fn a_tool_error_body_cannot_forge_a_log_line_or_reach_the_terminal_raw() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (llm, tool) = runtime.block_on(async {
+        let llm = fake_llm::FakeLlm::start().await.unwrap();
+        let app = axum::Router::new().route(
+            "/evil",
+            axum::routing::post(|| async {
+                (
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "boom\n2026-01-01T00:00:00.000000Z  INFO switchyard: forged line\u{1b}[31m",
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (llm, format!("http://{addr}/evil"))
+    });
+    llm.push(fake_llm::Turn::tool_call("c1", "evil", "{}"));
+    llm.push(fake_llm::Turn::text("ok"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("evil.toml");
+    std::fs::write(
+        &file,
+        format!("[[tool_servers.evil.tools]]\nname = \"evil\"\nurl = \"{tool}\"\n"),
+    )
+    .unwrap();
+    let mut child = switchyard()
+        .args(["--config", file.to_str().unwrap()])
+        .env("SWITCHYARD__SERVER__PORT", "0")
+        .env("SWITCHYARD__AUTH__MODE", "open")
+        .env("SWITCHYARD__LLM__RETRIES", "0")
+        .env("SWITCHYARD__LLM__BASE_URL", llm.base_url())
+        .env(
+            "SWITCHYARD__DATABASE__URL",
+            format!("sqlite://{}/l.db", dir.path().display()),
+        )
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let address = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            seen.push(line.clone());
+            let at = line.find("address=")?;
+            Some(
+                line[at + 8..]
+                    .split_whitespace()
+                    .next()?
+                    .trim_matches('"')
+                    .to_string(),
+            )
+        })
+        .unwrap();
+    runtime.block_on(async {
+        let reply = reqwest::Client::new()
+            .post(format!("http://{address}/v1/responses"))
+            .json(&serde_json::json!({"model": "gpt-4o-mini", "input": "x",
+                "tools": [{"type": "mcp", "server_label": "evil", "require_approval": "never"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status().as_u16(), 200);
+    });
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    seen.extend(lines.map_while(Result::ok));
+    let _ = child.wait();
+    let log = seen.join("\n");
+    assert!(log.contains("forged line"), "the error is logged: {log}");
+    assert!(
+        !seen.iter().any(|l| l.starts_with("2026-01-01T00:00:00")),
+        "a forged line: {log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "an escape sequence reached the log: {log:?}"
+    );
+    assert!(
+        log.contains("\\n2026-01-01"),
+        "the newline is escaped: {log}"
+    );
+}

@@ -39,18 +39,24 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJsonBytes<T> {
         if !content_type.to_ascii_lowercase().contains("json") {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge {
-                    limit: state.body_limit,
+        let read = tokio::time::timeout(state.body_timeout, Bytes::from_request(req, state));
+        let bytes = read
+            .await
+            .map_err(|_| ApiError::RequestTimeout {
+                seconds: state.body_timeout.as_secs(),
+            })?
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge {
+                        limit: state.body_limit,
+                    }
+                } else {
+                    ApiError::invalid(
+                        "",
+                        format!("Cannot read the request body: {}", rejection.body_text()),
+                    )
                 }
-            } else {
-                ApiError::invalid(
-                    "",
-                    format!("Cannot read the request body: {}", rejection.body_text()),
-                )
-            }
-        })?;
+            })?;
         let value = parse_json(&bytes)?;
         Ok(ApiJsonBytes(value, bytes))
     }

@@ -26,6 +26,8 @@ pub struct AppState {
     pub engine: Engine,
     pub auth: Arc<Authenticator>,
     pub body_limit: usize,
+    /// How long a request body may take to arrive.
+    pub body_timeout: Duration,
     pub heartbeat: Duration,
 }
 
@@ -178,6 +180,12 @@ impl From<EngineError> for ApiError {
             },
             EngineError::Unavailable(message) => {
                 ApiError::Unavailable(format!("The database is unavailable: {message}"))
+            }
+            EngineError::Upstream(failure) if failure.rate_limited.is_some() => {
+                ApiError::RateLimited {
+                    message: failure.message,
+                    retry_after: failure.rate_limited.flatten().unwrap_or(1),
+                }
             }
             EngineError::Upstream(failure) => match failure.timeout {
                 true => ApiError::UpstreamTimeout {

@@ -120,6 +120,12 @@ fn upstream_error(response_id: &str, failure: UpstreamFailure) -> ApiError {
         "{} (response {response_id} is stored as failed)",
         failure.message
     );
+    if let Some(retry_after) = failure.rate_limited {
+        return ApiError::RateLimited {
+            message,
+            retry_after: retry_after.unwrap_or(1),
+        };
+    }
     match failure.timeout {
         true => ApiError::UpstreamTimeout { message },
         false => ApiError::Upstream {

@@ -10,7 +10,7 @@ use crate::auth::Caller;
 use crate::llm::{ModelEvent, ModelRequest};
 use crate::protocol::ids;
 use crate::protocol::items::{Compaction, ContentPart, Item, Message, Role};
-use crate::protocol::request::{CompactRequest, FieldError, parse_input};
+use crate::protocol::request::{CompactRequest, FieldError, check_input_size, parse_input};
 use crate::protocol::response::{Compacted, Usage};
 use crate::protocol::transcript::Entry;
 use crate::time::UnixMillis;
@@ -47,6 +47,7 @@ impl Engine {
                 Some("model_not_found"),
             ));
         };
+        check_input_size(request.input.as_ref(), &self.inner.settings.limits)?;
         let input = self
             .resolve_input(tenant_id, parse_input(request.input.as_ref())?)
             .await?

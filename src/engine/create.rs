@@ -25,7 +25,9 @@ use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{
     DEFAULT_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, ResponseObject, ResponseStatus, Usage,
 };
-use crate::protocol::tools::{echo_tools, parse_tool_choice, parse_tools, parse_tools_at};
+use crate::protocol::tools::{
+    ToolDecl, check_tool_limits, echo_tools, parse_tool_choice, parse_tools, parse_tools_at,
+};
 use crate::protocol::transcript::Entry;
 use crate::store::{IdempotencyKey, NewRun, RunState, StoreError};
 use crate::time::UnixMillis;
@@ -96,13 +98,14 @@ impl Engine {
         if self.inner.runs.is_closed() {
             return Err(EngineError::ShuttingDown);
         }
+        self.check_database().await?;
         let stream = request.stream == Some(true);
         if let Some(key) = &idempotency
             && let Some(existing) = self.idempotent_run(tenant_id, key, stream).await?
         {
             return Ok(existing);
         }
-        request.validate()?;
+        request.validate(&self.inner.settings.limits)?;
         let resolved = self
             .resolve_input(tenant_id, request.input_entries()?)
             .await?;
@@ -281,14 +284,27 @@ impl Engine {
                 Some("model_not_found"),
             ));
         };
-        let mut declarations = parse_tools(request.tools.as_deref().unwrap_or_default())?;
+        let mut declared: Vec<(String, ToolDecl)> =
+            parse_tools(request.tools.as_deref().unwrap_or_default())?
+                .into_iter()
+                .enumerate()
+                .map(|(index, decl)| (format!("tools[{index}]"), decl))
+                .collect();
         // Tools an input item declares (`additional_tools`) join the request's.
         for (index, item) in input.iter().enumerate() {
             if let Item::AdditionalTools(more) = item {
                 let path = format!("input[{index}].tools");
-                declarations.extend(parse_tools_at(&more.tools, &path)?);
+                let parsed = parse_tools_at(&more.tools, &path)?;
+                declared.extend(
+                    parsed
+                        .into_iter()
+                        .enumerate()
+                        .map(|(n, decl)| (format!("{path}[{n}]"), decl)),
+                );
             }
         }
+        check_tool_limits(&declared, &self.inner.settings.limits)?;
+        let declarations: Vec<ToolDecl> = declared.into_iter().map(|(_, decl)| decl).collect();
         let choice = request
             .tool_choice
             .as_ref()
@@ -314,6 +330,7 @@ impl Engine {
             max_tool_calls: request.max_tool_calls,
             parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
             pause_ttl: settings.requires_action_ttl,
+            max_output_bytes: settings.limits.max_tool_output_bytes,
         };
         Ok(Prepared {
             model,

@@ -38,6 +38,8 @@ pub enum CallEvent {
 pub struct TurnCalls {
     pub calls: Vec<ServerCall>,
     max_concurrency: usize,
+    /// A result's text beyond this is cut (with a marker saying so).
+    max_output_bytes: usize,
     /// Made with the first call: most turns have none, and every open run holds its turn
     /// (a channel alone is over 2 KiB).
     running: Option<Running>,
@@ -52,10 +54,11 @@ struct Running {
 }
 
 impl TurnCalls {
-    pub fn new(max_concurrency: usize) -> TurnCalls {
+    pub fn new(max_concurrency: usize, max_output_bytes: usize) -> TurnCalls {
         TurnCalls {
             calls: Vec::new(),
             max_concurrency,
+            max_output_bytes,
             running: None,
         }
     }
@@ -103,6 +106,7 @@ impl TurnCalls {
     /// Starts executing the call in `slot`.
     pub fn run(&mut self, slot: usize, tool: Arc<RegisteredTool>, context: ToolContext) {
         let arguments = self.calls[slot].arguments.clone();
+        let max_output_bytes = self.max_output_bytes;
         let running = self.running();
         let events = running.events.clone();
         let limit = running.limit.clone();
@@ -118,7 +122,8 @@ impl TurnCalls {
                 let output = ToolOutput::new(move |text| {
                     let _ = output_events.send(CallEvent::Output(slot, text));
                 });
-                let result = execute(&tool, context, &arguments, output).await;
+                let mut result = execute(&tool, context, &arguments, output).await;
+                result.cut_to(max_output_bytes);
                 let _ = events.send(CallEvent::Done(slot, result));
             }));
     }

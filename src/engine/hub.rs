@@ -67,6 +67,9 @@ pub struct EventHub {
     store: Arc<dyn RunStore>,
     /// Store reads of followers, each on a task of its own (see `Follower`).
     reads: TaskTracker,
+    /// The writer's last batch found the database unreachable (cleared by the next that
+    /// commits): new work is refused at once meanwhile.
+    unreachable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A run's live channel as one execution of the run opened it.
@@ -110,6 +113,7 @@ impl EventHub {
         let (queue, commands) = mpsc::channel(QUEUE_CAPACITY);
         let channels: Channels = Arc::default();
         let wakers: Wakers = Arc::default();
+        let unreachable: Arc<std::sync::atomic::AtomicBool> = Arc::default();
         let writer = Writer {
             store: store.clone(),
             holder,
@@ -117,6 +121,7 @@ impl EventHub {
             wakers: wakers.clone(),
             lost: HashSet::new(),
             refused: HashSet::new(),
+            unreachable: unreachable.clone(),
         };
         let task = tokio::spawn(writer.run(commands, batch_max.max(1)));
         (
@@ -127,6 +132,7 @@ impl EventHub {
                 generations: Arc::default(),
                 store,
                 reads: TaskTracker::new(),
+                unreachable,
             },
             HubWriter { task },
         )
@@ -202,6 +208,17 @@ impl EventHub {
             response_id: response_id.clone(),
             generation,
         }
+    }
+
+    /// Whether the writer's last batch found the database unreachable.
+    pub fn database_unreachable(&self) -> bool {
+        self.unreachable.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The database answered again.
+    pub fn database_reachable(&self) {
+        self.unreachable
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub async fn send(&self, event: Arc<EventRecord>) {
@@ -339,6 +356,8 @@ struct Writer {
     lost: HashSet<Arc<str>>,
     /// Runs whose insert failed: their events are dropped until their channel closes.
     refused: HashSet<Arc<str>>,
+    /// See [`EventHub::database_unreachable`].
+    unreachable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Writer {
@@ -375,8 +394,14 @@ impl Writer {
                     })
                     .collect(),
             };
+            let written = !write.is_empty();
             let outcome = self.store.write_batch(&write).await;
             drop(write);
+            // Only a batch that wrote something says whether the database can be reached.
+            if written {
+                self.unreachable
+                    .store(outcome.unreachable, std::sync::atomic::Ordering::Relaxed);
+            }
             for (id, loss) in &outcome.lost {
                 self.lose(id, loss);
             }

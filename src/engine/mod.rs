@@ -41,7 +41,7 @@ use crate::config::ToolsConfig;
 use crate::llm::{LlmError, ModelRouter};
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
-use crate::protocol::request::FieldError;
+use crate::protocol::request::{FieldError, RequestLimits};
 use crate::protocol::response::ResponseObject;
 pub use crate::store::{DEFAULT_TENANT, IdempotencyKey};
 use crate::store::{Order, RunStore, StoreError, StoredRun};
@@ -116,6 +116,8 @@ pub enum RunEnd {
 pub struct UpstreamFailure {
     /// The upstream did not answer in time.
     pub timeout: bool,
+    /// The upstream was rate limited (after the retries): seconds to wait, when it said.
+    pub rate_limited: Option<Option<u64>>,
     /// The detailed code (`upstream_error`, `upstream_timeout`, …).
     pub code: &'static str,
     pub message: String,
@@ -123,10 +125,19 @@ pub struct UpstreamFailure {
 
 impl From<LlmError> for RunEnd {
     fn from(error: LlmError) -> RunEnd {
+        let rate_limited = match &error {
+            LlmError::Status {
+                status: 429,
+                retry_after,
+                ..
+            } => Some(retry_after.map(|wait| wait.as_secs().max(1))),
+            _ => None,
+        };
         RunEnd::UpstreamFailed(UpstreamFailure {
             timeout: matches!(error, LlmError::Timeout { .. }),
+            rate_limited,
             code: error.code(),
-            message: error.to_string(),
+            message: error.client_message(),
         })
     }
 }
@@ -174,6 +185,8 @@ pub struct EngineSettings {
     pub retention: Duration,
     /// How long an idempotency key holds.
     pub idempotency_ttl: Duration,
+    /// What one request may ask for.
+    pub limits: RequestLimits,
 }
 
 #[derive(Clone)]
@@ -202,6 +215,8 @@ struct Inner {
     key_runs: Arc<usage::KeyRuns>,
     /// Token usage not yet written.
     usage: Arc<usage::UsageMeter>,
+    /// When the database was last pinged because it could not be reached.
+    last_probe: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Engine {
@@ -228,6 +243,7 @@ impl Engine {
                 background_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
                 key_runs: Arc::default(),
                 usage: Arc::default(),
+                last_probe: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -244,6 +260,36 @@ impl Engine {
     /// `(model, provider)` pairs this service routes.
     pub fn models(&self) -> &[(String, String)] {
         self.inner.models.models()
+    }
+
+    /// A 503 at once while the database cannot be reached (rather than a request that waits
+    /// for it to time out); at most once a second, a quick ping finds whether it is back.
+    async fn check_database(&self) -> Result<(), EngineError> {
+        if !self.inner.hub.database_unreachable() {
+            return Ok(());
+        }
+        let probe = {
+            let mut last = self
+                .inner
+                .last_probe
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if probe
+            && let Ok(Ok(())) =
+                tokio::time::timeout(Duration::from_secs(1), self.inner.store.ping()).await
+        {
+            self.inner.hub.database_reachable();
+            return Ok(());
+        }
+        Err(EngineError::Unavailable(
+            "the database cannot be reached".into(),
+        ))
     }
 
     fn holder(&self) -> &str {

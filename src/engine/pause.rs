@@ -129,6 +129,7 @@ impl Engine {
             return Err(EngineError::ShuttingDown);
         }
         let tenant_id = caller.tenant_id.as_str();
+        self.check_database().await?;
         self.check_concurrency(caller)?;
         let run = self.get_run(tenant_id, id).await?;
         if run.state != RunState::RequiresAction {

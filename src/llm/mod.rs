@@ -3,6 +3,7 @@
 //! chat-completions streaming API.
 
 pub mod openai;
+pub mod resilient;
 pub mod sse;
 
 use std::collections::HashMap;
@@ -94,12 +95,33 @@ pub enum LlmError {
     #[error("the upstream model did not {what} within {} ms", after.as_millis())]
     Timeout { what: &'static str, after: Duration },
     #[error("the upstream model answered {status}: {message}")]
-    Status { status: u16, message: String },
+    Status {
+        status: u16,
+        message: String,
+        /// How long the upstream asked to wait before trying again (`Retry-After`).
+        retry_after: Option<Duration>,
+    },
     #[error("the upstream model's stream broke: {0}")]
     Protocol(String),
 }
 
 impl LlmError {
+    /// What a client is told: what happened, without the upstream's own words (they may name
+    /// internal hosts, or part of a key); those go to the log.
+    pub fn client_message(&self) -> String {
+        match self {
+            LlmError::Connect(_) => "The upstream model could not be reached.".into(),
+            LlmError::Timeout { .. } => self.to_string(),
+            LlmError::Status { status: 429, .. } => {
+                "The upstream model is rate limited (HTTP 429); try again later.".into()
+            }
+            LlmError::Status { status, .. } => {
+                format!("The upstream model answered HTTP {status}.")
+            }
+            LlmError::Protocol(_) => "The upstream model's stream broke off.".into(),
+        }
+    }
+
     /// The `code` shown to clients for this failure.
     pub fn code(&self) -> &'static str {
         match self {
@@ -134,10 +156,35 @@ impl ModelRouter {
     /// Builds one chat-completions client per configured provider.
     pub fn from_config(config: &Config) -> Result<ModelRouter, LlmError> {
         let mut router = ModelRouter::empty();
+        let llm = &config.llm;
+        let retry = resilient::RetryPolicy {
+            retries: llm.retries,
+            initial: Duration::from_millis(llm.retry_initial_ms),
+            max: Duration::from_millis(llm.retry_max_ms),
+        };
         for provider in config.providers() {
-            let client: Arc<dyn LlmClient> =
-                Arc::new(openai::ChatCompletionsClient::new(&provider, &config.llm)?);
-            router.add(&provider.name, &provider.models, client);
+            let chat: Arc<dyn LlmClient> =
+                Arc::new(openai::ChatCompletionsClient::new(&provider, llm)?);
+            let client = resilient::Resilient::new(
+                chat,
+                &provider.name,
+                retry,
+                provider.max_concurrent_requests,
+                Duration::from_millis(llm.first_byte_timeout_ms),
+            );
+            router.add(&provider.name, &provider.models, Arc::new(client));
+        }
+        for (model, fallback) in &config.fallbacks {
+            let (Some(primary), Some(other)) = (router.route(model), router.route(&fallback.model))
+            else {
+                continue;
+            };
+            let client = resilient::Fallback {
+                primary,
+                fallback: other,
+                model: fallback.model.clone(),
+            };
+            router.routes.insert(model.clone(), Arc::new(client));
         }
         Ok(router)
     }

@@ -82,10 +82,17 @@ impl LlmClient for ChatCompletionsClient {
             })?;
         let status = response.status();
         if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
             let message = read_error_message(response, self.idle_timeout).await;
             return Err(LlmError::Status {
                 status: status.as_u16(),
                 message,
+                retry_after,
             });
         }
         Ok(Box::pin(decode_chunks(
@@ -587,7 +594,11 @@ fn parse_payload(
             .map(str::to_string)
             .unwrap_or_else(|| error.to_string());
         let status = error.get("code").and_then(Value::as_u64).unwrap_or(502) as u16;
-        out.push_back(Err(LlmError::Status { status, message }));
+        out.push_back(Err(LlmError::Status {
+            status,
+            message,
+            retry_after: None,
+        }));
         return;
     }
     if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
@@ -765,7 +776,7 @@ mod tests {
             Some(&ModelEvent::TextDelta("a\"b\u{e9}".into()))
         );
         assert!(
-            matches!(&out[1], Err(LlmError::Status { status: 529, message }) if message == "overloaded")
+            matches!(&out[1], Err(LlmError::Status { status: 529, message, .. }) if message == "overloaded")
         );
         assert!(matches!(&out[2], Err(LlmError::Protocol(_))));
         assert!(!finished);

@@ -61,14 +61,65 @@ pub struct CreateResponse {
     pub client_metadata: Option<Value>,
 }
 
-/// Metadata limits of the Responses API.
-const METADATA_MAX_KEYS: usize = 16;
-const METADATA_MAX_KEY_LEN: usize = 64;
-const METADATA_MAX_VALUE_LEN: usize = 512;
+/// Limits on what one request may ask for (the `[limits]` section of the configuration); each
+/// one exceeded is a 400 naming the field.
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLimits {
+    /// Tools a request declares (a namespace's tools and an `additional_tools` item's count).
+    pub max_tools: usize,
+    /// Bytes of one tool's parameter schema (as JSON).
+    pub max_schema_bytes: usize,
+    /// Nesting of one tool's parameter schema.
+    pub max_schema_depth: usize,
+    /// Items of `input`.
+    pub max_input_items: usize,
+    /// Bytes of `input` (as JSON).
+    pub max_input_bytes: usize,
+    /// Bytes of `instructions`.
+    pub max_instructions_bytes: usize,
+    /// Pairs of `metadata`, and the characters of a key and of a value (the standard's 16,
+    /// 64 and 512).
+    pub metadata_max_pairs: usize,
+    pub metadata_max_key_chars: usize,
+    pub metadata_max_value_chars: usize,
+    /// Bytes of a server tool's output: a longer one is cut, with a marker saying so.
+    pub max_tool_output_bytes: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> RequestLimits {
+        RequestLimits {
+            max_tools: 128,
+            max_schema_bytes: 65_536,
+            max_schema_depth: 32,
+            max_input_items: 2_048,
+            max_input_bytes: 4_194_304,
+            max_instructions_bytes: 262_144,
+            metadata_max_pairs: 16,
+            metadata_max_key_chars: 64,
+            metadata_max_value_chars: 512,
+            max_tool_output_bytes: 1_048_576,
+        }
+    }
+}
 
 impl CreateResponse {
     /// Checks the values the type system cannot: ranges, limits and unsupported features.
-    pub fn validate(&self) -> Result<(), FieldError> {
+    pub fn validate(&self, limits: &RequestLimits) -> Result<(), FieldError> {
+        if let Some(instructions) = &self.instructions
+            && instructions.len() > limits.max_instructions_bytes
+        {
+            return Err(FieldError::new(
+                "instructions",
+                format!(
+                    "Invalid 'instructions': {} bytes is longer than the {} bytes this service accepts.",
+                    instructions.len(),
+                    limits.max_instructions_bytes
+                ),
+            ));
+        }
+        check_input_size(self.input.as_ref(), limits)?;
         range("temperature", self.temperature, 0.0, 2.0)?;
         range("top_p", self.top_p, 0.0, 1.0)?;
         range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
@@ -101,7 +152,7 @@ impl CreateResponse {
             ));
         }
         if let Some(metadata) = &self.metadata {
-            validate_metadata(metadata)?;
+            validate_metadata(metadata, limits)?;
         }
         if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
             return Err(unsupported(
@@ -192,23 +243,65 @@ fn range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<(), Fiel
     }
 }
 
-fn validate_metadata(metadata: &Map<String, Value>) -> Result<(), FieldError> {
-    if metadata.len() > METADATA_MAX_KEYS {
+/// `input` within the limits: its number of items, and its size (measured only when it may
+/// be over).
+pub fn check_input_size(input: Option<&Value>, limits: &RequestLimits) -> Result<(), FieldError> {
+    let Some(input) = input else { return Ok(()) };
+    if let Value::Array(items) = input
+        && items.len() > limits.max_input_items
+    {
+        return Err(FieldError::new(
+            "input",
+            format!(
+                "Invalid 'input': {} items is more than the {} this service accepts.",
+                items.len(),
+                limits.max_input_items
+            ),
+        ));
+    }
+    let bytes = match input {
+        Value::String(text) => text.len(),
+        // Each item is at least a few bytes: a short list cannot be over.
+        Value::Array(items) if items.len() * 1024 < limits.max_input_bytes => {
+            serde_json::to_vec(input).map_or(0, |v| v.len())
+        }
+        other => serde_json::to_vec(other).map_or(0, |v| v.len()),
+    };
+    if bytes > limits.max_input_bytes {
+        return Err(FieldError::new(
+            "input",
+            format!(
+                "Invalid 'input': {bytes} bytes is more than the {} bytes this service accepts.",
+                limits.max_input_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_metadata(
+    metadata: &Map<String, Value>,
+    limits: &RequestLimits,
+) -> Result<(), FieldError> {
+    let (max_pairs, max_key, max_value) = (
+        limits.metadata_max_pairs,
+        limits.metadata_max_key_chars,
+        limits.metadata_max_value_chars,
+    );
+    if metadata.len() > max_pairs {
         return Err(FieldError::new(
             "metadata",
             format!(
-                "Invalid 'metadata': too many properties. Expected an object with at most {METADATA_MAX_KEYS} properties, but got {} instead.",
+                "Invalid 'metadata': too many properties. Expected an object with at most {max_pairs} properties, but got {} instead.",
                 metadata.len()
             ),
         ));
     }
     for (key, value) in metadata {
-        if key.chars().count() > METADATA_MAX_KEY_LEN {
+        if key.chars().count() > max_key {
             return Err(FieldError::new(
                 "metadata",
-                format!(
-                    "Invalid 'metadata': key '{key}' is longer than {METADATA_MAX_KEY_LEN} characters."
-                ),
+                format!("Invalid 'metadata': key '{key}' is longer than {max_key} characters."),
             ));
         }
         let Some(text) = value.as_str() else {
@@ -220,11 +313,11 @@ fn validate_metadata(metadata: &Map<String, Value>) -> Result<(), FieldError> {
                 ),
             ));
         };
-        if text.chars().count() > METADATA_MAX_VALUE_LEN {
+        if text.chars().count() > max_value {
             return Err(FieldError::new(
                 format!("metadata.{key}"),
                 format!(
-                    "Invalid 'metadata.{key}': string too long. Expected a string with maximum length {METADATA_MAX_VALUE_LEN}."
+                    "Invalid 'metadata.{key}': string too long. Expected a string with maximum length {max_value}."
                 ),
             ));
         }

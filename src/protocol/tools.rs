@@ -250,6 +250,70 @@ fn parse_namespace(value: &Value, path: &str) -> Result<ToolDecl, FieldError> {
     }))
 }
 
+/// The declared tools within the limits: how many (a namespace counts its tools), and each
+/// schema's size and nesting. `paths` names where each declaration came from.
+pub fn check_tool_limits(
+    decls: &[(String, ToolDecl)],
+    limits: &super::request::RequestLimits,
+) -> Result<(), FieldError> {
+    let mut count = 0;
+    for (path, decl) in decls {
+        let members: Vec<(String, &ToolDecl)> = match decl {
+            ToolDecl::Namespace(namespace) => namespace
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(index, tool)| (format!("{path}.tools[{index}]"), tool))
+                .collect(),
+            other => vec![(path.clone(), other)],
+        };
+        for (path, decl) in members {
+            count += 1;
+            if count > limits.max_tools {
+                return Err(FieldError::new(
+                    path,
+                    format!("A request may declare at most {} tools.", limits.max_tools),
+                ));
+            }
+            let (field, schema) = match decl {
+                ToolDecl::Function(f) => ("parameters", f.parameters.as_ref()),
+                ToolDecl::Custom(c) => ("format", c.format.as_ref()),
+                _ => continue,
+            };
+            let Some(schema) = schema else { continue };
+            let bytes = serde_json::to_vec(schema).map_or(0, |v| v.len());
+            if bytes > limits.max_schema_bytes {
+                return Err(FieldError::new(
+                    format!("{path}.{field}"),
+                    format!(
+                        "The schema is {bytes} bytes; this service accepts at most {}.",
+                        limits.max_schema_bytes
+                    ),
+                ));
+            }
+            if depth(schema) > limits.max_schema_depth {
+                return Err(FieldError::new(
+                    format!("{path}.{field}"),
+                    format!(
+                        "The schema is nested deeper than the {} levels this service accepts.",
+                        limits.max_schema_depth
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How deeply a JSON value nests (a scalar is 0).
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// `tools` as the Response object echoes them: as the request gave them, with every key of a
 /// `function` tool's standard shape present (`description`, `parameters` and `strict` are
 /// `null` when the request left them out; strict clients reject a missing key).

@@ -41,11 +41,35 @@ pub(super) async fn write(store: &impl Commit, batch: &WriteBatch<'_>) -> BatchO
     }
     match result {
         Ok(outcome) => outcome,
+        // Still unreachable: every part of the batch fails now (written run by run, each
+        // would wait for the database again).
+        Err(e) if e.is_transient() => {
+            tracing::error!(error = %e, "the database cannot be reached; the batch is not written");
+            failed_whole(batch, &e)
+        }
         Err(e) => {
             tracing::warn!(error = %e, "writing a batch failed; writing it run by run");
             write_apart(store, batch).await
         }
     }
+}
+
+/// The outcome of a batch none of which was written.
+fn failed_whole(batch: &WriteBatch<'_>, error: &StoreError) -> BatchOutcome {
+    let mut outcome = BatchOutcome::default();
+    for run in &batch.runs {
+        outcome
+            .not_inserted
+            .insert(run.body.id.clone(), error.clone());
+    }
+    for event in batch.events {
+        outcome
+            .lost
+            .insert(event.response_id.clone(), Loss::Failed(error.clone()));
+    }
+    outcome.endings = batch.endings.iter().map(|_| Err(error.clone())).collect();
+    outcome.unreachable = true;
+    outcome
 }
 
 /// Each run's part of the batch in a transaction of its own.

@@ -254,6 +254,8 @@ pub struct BatchOutcome {
     /// Each ending's result, in the batch's order: `Conflict` when the run is no longer the
     /// writer's to end.
     pub endings: Vec<Result<(), StoreError>>,
+    /// The database could not be reached: nothing of the batch was written.
+    pub unreachable: bool,
 }
 
 /// Why a run's events were not written.

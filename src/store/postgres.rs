@@ -63,7 +63,9 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(10))
+            // A database that cannot be reached is an answer within seconds (a 503 the client
+            // may retry), not a request that hangs.
+            .acquire_timeout(Duration::from_secs(3))
             .connect(url)
             .await?;
         Self::MIGRATOR

@@ -120,7 +120,10 @@ impl ToolHandler for HttpTool {
             Err(e) => {
                 return ToolResult::failure(
                     ToolErrorKind::Transport { status: None },
-                    format!("The tool server could not be reached: {e}"),
+                    format!(
+                        "The tool server could not be reached: {}",
+                        crate::redact::urls_in(&e.to_string())
+                    ),
                 );
             }
         };
@@ -132,7 +135,10 @@ impl ToolHandler for HttpTool {
                     ToolErrorKind::Transport {
                         status: Some(status.as_u16()),
                     },
-                    format!("The tool server's reply could not be read: {e}"),
+                    format!(
+                        "The tool server's reply could not be read: {}",
+                        crate::redact::urls_in(&e.to_string())
+                    ),
                 );
             }
         };
@@ -141,7 +147,11 @@ impl ToolHandler for HttpTool {
                 ToolErrorKind::Transport {
                     status: Some(status.as_u16()),
                 },
-                format!("The tool server answered {}: {body}", status.as_u16()),
+                format!(
+                    "The tool server answered {}: {}",
+                    status.as_u16(),
+                    crate::redact::urls_in(&body)
+                ),
             );
         }
         match serde_json::from_str::<Value>(&body) {

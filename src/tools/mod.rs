@@ -106,6 +106,28 @@ pub struct ToolResult {
 }
 
 impl ToolResult {
+    /// Cuts a text longer than `max` bytes (at a character boundary), saying so at its end;
+    /// structured data that large is left out.
+    pub fn cut_to(&mut self, max: usize) {
+        if self.text.len() > max {
+            let mut end = max;
+            while !self.text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let dropped = self.text.len() - end;
+            self.text.truncate(end);
+            self.text
+                .push_str(&format!("\n[… {dropped} more bytes of output were cut]"));
+        }
+        if self
+            .data
+            .as_ref()
+            .is_some_and(|data| serde_json::to_vec(data).map_or(0, |v| v.len()) > max)
+        {
+            self.data = None;
+        }
+    }
+
     pub fn ok(text: impl Into<String>) -> ToolResult {
         ToolResult {
             text: text.into(),

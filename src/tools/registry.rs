@@ -124,8 +124,11 @@ impl ToolRegistry {
         let mut builder = ToolRegistry::builder();
         builder.default_timeout = Duration::from_millis(config.tools.default_timeout_ms);
         builder.server(BUILTIN);
+        let disabled = |name: &str| config.tools.disabled.iter().any(|d| d == name);
         for handler in builtin::handlers(&config.tools) {
-            builder.register(BUILTIN, handler)?;
+            if !disabled(handler.name()) {
+                builder.register(BUILTIN, handler)?;
+            }
         }
         for (label, handler) in extra {
             builder.register(&label, handler)?;
@@ -139,6 +142,9 @@ impl ToolRegistry {
             }
             builder.requires_approval(label, server.require_approval == ApprovalDefault::Always);
             for tool in &server.tools {
+                if disabled(&tool.name) {
+                    continue;
+                }
                 let handler = HttpTool::from_config(tool)
                     .map_err(|message| RegistryError::Config(label.clone(), message))?;
                 builder.register(label, Arc::new(handler))?;

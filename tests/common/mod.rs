@@ -45,6 +45,8 @@ pub fn test_config(database_url: &str, llm: &FakeLlm) -> Config {
     config.llm.provider.api_key = Some(Secret::new("test-key"));
     config.llm.provider.models = vec!["gpt-4o-mini".into(), "gpt-4o".into()];
     config.llm.first_byte_timeout_ms = 2_000;
+    // Scripted upstream failures are the failures under test; retries are tested on their own.
+    config.llm.retries = 0;
     config.llm.idle_timeout_ms = 2_000;
     config
 }
@@ -465,6 +467,7 @@ pub fn spawn_binary_with(
         .env("SWITCHYARD__LLM__BASE_URL", llm_url)
         .env("SWITCHYARD__LLM__API_KEY", "test")
         .env("SWITCHYARD__AUTH__MODE", "open")
+        .env("SWITCHYARD__LLM__RETRIES", "0")
         .env("SWITCHYARD__RUNS__LEASE_TTL_MS", "1000")
         .env("SWITCHYARD__RUNS__SWEEP_INTERVAL_MS", "200")
         .env("RUST_LOG", "info");

@@ -71,6 +71,8 @@ pub(super) struct RunLimits {
     pub parallel_tool_calls: bool,
     /// How long a paused run waits for the client.
     pub pause_ttl: Duration,
+    /// A server tool's output beyond this is cut.
+    pub max_output_bytes: usize,
 }
 
 /// The model and what it is shown besides the run's own output.
@@ -316,7 +318,8 @@ impl RunTask {
         if !Admission::settle(self.start.admission.take()).await {
             return Err(Ending::Lost);
         }
-        let mut calls = TurnCalls::new(self.tools.limits.max_concurrency);
+        let limits = &self.tools.limits;
+        let mut calls = TurnCalls::new(limits.max_concurrency, limits.max_output_bytes);
         for decision in decisions {
             let entry = self.tools.set.get(&decision.request.name).cloned();
             let call = ServerCall {
@@ -532,9 +535,10 @@ impl RunTask {
 const UNSTORABLE: &str = "The run stopped: its progress could not be stored.";
 
 fn upstream_ending(error: LlmError) -> Ending {
+    tracing::warn!(code = error.code(), error = %crate::redact::urls_in(&error.to_string()), "the upstream model failed");
     Ending::Failed {
         code: error.code(),
-        message: error.to_string(),
+        message: error.client_message(),
         upstream: Some(error),
     }
 }

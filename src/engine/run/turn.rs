@@ -76,7 +76,10 @@ impl RunTask {
             client_calls: 0,
             approvals: 0,
             accepted: 0,
-            calls: TurnCalls::new(self.tools.limits.max_concurrency),
+            calls: TurnCalls::new(
+                self.tools.limits.max_concurrency,
+                self.tools.limits.max_output_bytes,
+            ),
             deferred: Vec::new(),
             starting: Vec::new(),
             recorded: false,

@@ -91,16 +91,40 @@ fn is_public(ip: IpAddr) -> bool {
                 || a >= 240)
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            if v6.is_loopback() || v6.is_unspecified() {
+                return false;
+            }
+            // An IPv4 address inside the IPv6 one reaches that IPv4 host where the network
+            // translates it: judged as the IPv4 address.
+            if let Some(v4) = embedded_ipv4(v6) {
                 return is_public(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00 // unique local
-                || (first & 0xffc0) == 0xfe80) // link-local
+            let s = v6.segments();
+            !(v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link-local
+                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
+                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+                || (s[0] == 0x2001 && s[1] == 0) // Teredo: tunnels to an IPv4 host
+                || (s[0] == 0x0064 && s[1] == 0xff9b && s[2] == 1) // local-use NAT64
+                || (s[0] == 0x0100 && s[1] == 0 && s[2] == 0 && s[3] == 0)) // discard-only
         }
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, in each form a network may translate:
+/// IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`, IPv4-translated
+/// `::ffff:0:a.b.c.d`, NAT64 `64:ff9b::a.b.c.d` and 6to4 `2002:AABB:CCDD::/48`.
+fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let last = |hi: u16, lo: u16| std::net::Ipv4Addr::from(((hi as u32) << 16) | lo as u32);
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] => Some(last(hi, lo)),
+        [0, 0, 0, 0, 0, 0, hi, lo] => Some(last(hi, lo)),
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(last(hi, lo)),
+        [0x0064, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(last(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(last(hi, lo)),
+        _ => None,
     }
 }
 
@@ -149,7 +173,9 @@ impl ToolHandler for FetchUrl {
             };
             let host = url.host_str().unwrap_or_default().to_string();
             // Pin the connection to the checked address.
+            // No proxy from the environment: the connection must go to the address checked.
             let client = match reqwest::Client::builder()
+                .no_proxy()
                 .redirect(reqwest::redirect::Policy::none())
                 .resolve(&host, address)
                 .timeout(timeout)
@@ -258,13 +284,29 @@ mod tests {
             "fc00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            // IPv4 inside IPv6: compatible, translated, NAT64, 6to4, Teredo.
+            "::127.0.0.1",
+            "::ffff:0:7f00:1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::1",
+            "2002:7f00:1::",
+            "2002:c0a8:101::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:db8::1",
         ] {
             assert!(
                 !is_public(ip.parse().unwrap_or(IpAddr::from([1, 1, 1, 1]))),
                 "{ip}"
             );
         }
-        for ip in ["1.1.1.1", "8.8.8.8", "2606:4700::1111"] {
+        for ip in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             assert!(
                 is_public(ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1]))),
                 "{ip}"

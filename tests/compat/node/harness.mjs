@@ -135,6 +135,8 @@ export class Services {
       SWITCHYARD__DATABASE__URL: `sqlite://${this.workdir}/s.db`,
       SWITCHYARD__LLM__BASE_URL: `${this.fakeUrl}/v1`,
       SWITCHYARD__LLM__API_KEY: 'test',
+      // Scripted upstream failures are what the tests look at: no retries.
+      SWITCHYARD__LLM__RETRIES: '0',
     });
     const made = spawnSync(binary('SWITCHYARD_BIN', 'switchyard'), ['keys', 'create', '--tenant', 'compat', '--name', 'suite'], {
       cwd: REPO_ROOT,

@@ -308,6 +308,8 @@ class Services:
                 "SWITCHYARD__DATABASE__URL": f"sqlite://{self.workdir}/s.db",
                 "SWITCHYARD__LLM__BASE_URL": f"{self.fake_url}/v1",
                 "SWITCHYARD__LLM__API_KEY": "test",
+                # Scripted upstream failures are what the tests look at: no retries.
+                "SWITCHYARD__LLM__RETRIES": "0",
                 **self.settings,
             }
         )
