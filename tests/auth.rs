@@ -579,3 +579,50 @@ fn open_mode_listens_on_loopback_only_unless_the_operator_says_otherwise() {
     assert!(load("127.0.0.1", false).is_ok());
     assert!(load("::1", false).is_ok());
 }
+
+/// Two instances on one PostgreSQL database: a key made while they run works on both at once,
+/// and once revoked both refuse it within the cache's 5 seconds.
+#[tokio::test]
+async fn a_key_works_on_every_instance_at_once_and_is_refused_by_all_once_revoked() {
+    let Some(url) = fresh_postgres_url().await else {
+        return; // One instance serves an SQLite file.
+    };
+    let (first, store) = keyed_app_on(Some(&url)).await;
+    let (second, _) = keyed_app_on(Some(&url)).await;
+    let secret = key(&store, "acme", KeyPolicy::default()).await;
+    for app in [&first, &second] {
+        let (status, _) = As {
+            app,
+            key: Some(secret.clone()),
+        }
+        .get("/v1/models")
+        .await;
+        assert_eq!(status, 200, "usable at once on every instance");
+    }
+    let id = store.list_keys(Some("acme")).await.unwrap()[0].id.clone();
+    assert!(
+        store
+            .revoke_key(&id, switchyard::time::UnixMillis::now())
+            .await
+            .unwrap()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(8);
+    for app in [&first, &second] {
+        loop {
+            let (status, _) = As {
+                app,
+                key: Some(secret.clone()),
+            }
+            .get("/v1/models")
+            .await;
+            if status == 401 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a revoked key still works"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

@@ -401,7 +401,8 @@ async fn an_upstream_429_honours_retry_after_and_is_a_429_once_retries_are_spent
     let limited = |after: u64| Turn {
         steps: vec![Step::Status {
             status: 429,
-            body: json!({"error": {"message": "slow down", "retry_after": after}}),
+            body: json!({"error": {"message": "slow down"}}),
+            retry_after: Some(after),
         }],
     };
     app.llm.push(limited(1));
@@ -409,8 +410,18 @@ async fn an_upstream_429_honours_retry_after_and_is_a_429_once_retries_are_spent
     let started = Instant::now();
     let (status, body) = app.post("/v1/responses", &ask(json!({}))).await;
     assert_eq!(status, 200, "{body}");
-    // The fake does not send Retry-After headers: the backoff alone (10 ms) applies here.
-    assert!(started.elapsed() < Duration::from_secs(2));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1),
+        "Retry-After: 1 was honoured: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    // A wait longer than this service waits (retry_max_ms) is not waited for: a 429 at once.
+    app.llm.push(limited(30));
+    let started = Instant::now();
+    let (status, _) = app.post("/v1/responses", &ask(json!({}))).await;
+    assert_eq!(status, 429);
+    assert!(started.elapsed() < Duration::from_secs(1));
 
     app.llm.push(limited(1));
     app.llm.push(limited(1));

@@ -33,7 +33,13 @@ pub struct Turn {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Step {
     /// Reply with this HTTP status and JSON body instead of a stream (must come first).
-    Status { status: u16, body: Value },
+    Status {
+        status: u16,
+        body: Value,
+        /// A `Retry-After` header, in seconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after: Option<u64>,
+    },
     /// Wait before the next step (before the response headers when it comes first).
     Delay { ms: u64 },
     /// One chunk carrying a content delta.
@@ -92,6 +98,7 @@ impl Turn {
             steps: vec![Step::Status {
                 status,
                 body: json!({"error": {"message": message, "type": "server_error", "code": null}}),
+                retry_after: None,
             }],
         }
     }
@@ -448,9 +455,20 @@ async fn chat_completions(
         tokio::time::sleep(Duration::from_millis(*ms)).await;
         steps.pop_front();
     }
-    if let Some(Step::Status { status, body }) = steps.front() {
+    if let Some(Step::Status {
+        status,
+        body,
+        retry_after,
+    }) = steps.front()
+    {
         let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return (status, Json(body.clone())).into_response();
+        let mut response = (status, Json(body.clone())).into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, (*seconds).into());
+        }
+        return response;
     }
 
     let stream = async_stream(steps, model);
