@@ -29,6 +29,10 @@ const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
 pub struct Application {
     listener: TcpListener,
     connections: ConnectionLimits,
+    /// Set as shutdown begins (`/readyz` answers 503).
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// How long requests are still served once `/readyz` answers 503.
+    drain_delay: Duration,
     addr: SocketAddr,
     engine: Engine,
     writer: HubWriter,
@@ -106,6 +110,7 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {address}"))?;
         let addr = listener.local_addr()?;
+        let stopping: Arc<std::sync::atomic::AtomicBool> = Arc::default();
         let open = config.auth.mode == AuthMode::Open;
         if open {
             tracing::warn!(
@@ -116,6 +121,7 @@ impl Application {
             engine: engine.clone(),
             auth: Arc::new(Authenticator::new(store.clone(), open)),
             body_timeout: Duration::from_secs(config.server.body_read_timeout_seconds.max(1)),
+            stopping: stopping.clone(),
             body_limit: config.server.body_limit_bytes,
             heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
         };
@@ -128,11 +134,13 @@ impl Application {
         Ok(Application {
             listener,
             connections,
+            stopping,
             addr,
             engine,
             writer,
             router: router(state),
             grace: Duration::from_secs(config.server.shutdown_grace_seconds),
+            drain_delay: Duration::from_millis(config.server.drain_delay_ms),
             _lock: lock,
         })
     }
@@ -142,7 +150,8 @@ impl Application {
     }
 
     /// Serves until `signal` resolves, then shuts down:
-    /// 1. stop accepting connections;
+    /// 1. answer `/readyz` with 503, serve as before for the drain delay (a load balancer
+    ///    polling readiness stops routing here), then stop accepting connections;
     /// 2. let running runs finish within the grace period, then hand the rest over;
     /// 3. give open connections a moment to send their last events;
     /// 4. drain the event writer so every emitted event is stored.
@@ -167,7 +176,15 @@ impl Application {
                 anyhow::bail!("the HTTP server stopped unexpectedly");
             }
         }
-        tracing::info!(grace_seconds = self.grace.as_secs(), "shutting down");
+        tracing::info!(
+            drain_delay_ms = self.drain_delay.as_millis(),
+            grace_seconds = self.grace.as_secs(),
+            "shutting down"
+        );
+        // Not ready from now on: a load balancer stops sending new requests here.
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(self.drain_delay).await;
         stop_accepting.cancel();
         self.engine.shutdown(self.grace).await;
         if tokio::time::timeout(CONNECTION_DRAIN, &mut server)

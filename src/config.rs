@@ -148,6 +148,8 @@ pub struct ServerConfig {
     pub host: String,
     pub port: u16,
     pub body_limit_bytes: usize,
+    /// On shutdown, how long `/readyz` answers 503 while requests are still served.
+    pub drain_delay_ms: u64,
     pub shutdown_grace_seconds: u64,
     pub heartbeat_seconds: u64,
     /// A connection that has not sent a request's headers within this is closed.

@@ -498,10 +498,12 @@ async fn a_provider_serves_at_most_its_concurrent_requests() {
     );
 }
 
-/// A TCP proxy that can be cut: connections through it fail while it is cut.
+/// A TCP proxy that can be cut: connections through it fail while it is cut, or, stalled,
+/// are accepted and never answered.
 struct Proxy {
     addr: std::net::SocketAddr,
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cut: tokio::sync::watch::Sender<u64>,
 }
 
@@ -512,9 +514,16 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let accepting = open.clone();
+        let stalling = stalled.clone();
         tokio::spawn(async move {
+            let mut held = Vec::new();
             while let Ok((mut client, _)) = listener.accept().await {
+                if stalling.load(Ordering::SeqCst) {
+                    held.push(client);
+                    continue;
+                }
                 if !accepting.load(Ordering::SeqCst) {
                     continue;
                 }
@@ -533,7 +542,19 @@ impl Proxy {
                 });
             }
         });
-        Proxy { addr, open, cut }
+        Proxy {
+            addr,
+            open,
+            stalled,
+            cut,
+        }
+    }
+
+    /// Cuts open connections; new ones are accepted and left unanswered.
+    fn stall(&self) {
+        self.stalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
     }
 
     fn set(&self, open: bool) {
@@ -602,5 +623,42 @@ async fn a_database_that_cannot_be_reached_is_a_quick_503_and_work_resumes_when_
         }
         assert!(Instant::now() < deadline, "still {status}");
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn readiness_answers_within_a_second_when_the_database_does_not() {
+    let Some(url) = fresh_postgres_url().await else {
+        return; // PostgreSQL only: an SQLite file always answers.
+    };
+    let target = url
+        .split("://")
+        .nth(1)
+        .unwrap()
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let proxy = Proxy::to(target.clone()).await;
+    let proxied = url.replacen(&target, &proxy.addr.to_string(), 1);
+    let app = spawn_app_on(&proxied, |_| {}).await;
+    assert_eq!(app.get("/readyz").await.0, 200);
+    proxy.stall();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (status, body) = app.get("/readyz").await;
+        let took = started.elapsed();
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("database not ready"),
+            "{body}"
+        );
+        assert!(took < Duration::from_millis(1500), "{took:?}");
     }
 }

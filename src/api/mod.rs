@@ -1,5 +1,6 @@
 //! HTTP: thin axum handlers that parse, call the engine and render. No SQL here.
 
+mod access;
 mod extract;
 mod responses;
 pub mod sse;
@@ -14,6 +15,7 @@ use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::auth::{AuthError, Authenticator};
 use crate::engine::{Engine, EngineError};
@@ -29,6 +31,8 @@ pub struct AppState {
     /// How long a request body may take to arrive.
     pub body_timeout: Duration,
     pub heartbeat: Duration,
+    /// Set as shutdown begins: `/readyz` answers 503 from then on.
+    pub stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -74,18 +78,19 @@ pub fn router(state: AppState) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
-        // A span per request: what is logged while serving it says which request it was.
+        // A span per request, carrying its request id (and the response id once known): what is
+        // logged while serving it says which request it was; one access line when it answers.
         .layer(
-            tower_http::trace::TraceLayer::new_for_http().make_span_with(
-                |request: &axum::http::Request<axum::body::Body>| {
-                    tracing::info_span!(
-                        "request",
-                        method = %request.method(),
-                        path = %request.uri().path(),
-                    )
-                },
-            ),
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(access::span)
+                .on_request(())
+                .on_response(access::log)
+                .on_failure(()),
         )
+        // The client's `X-Request-Id`, or a new one; echoed on the response.
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(access::NewRequestId))
+        .layer(tower::util::MapRequestLayer::new(access::screen_request_id))
         .with_state(state)
 }
 
@@ -149,13 +154,25 @@ async fn healthz() -> axum::Json<serde_json::Value> {
     axum::Json(json!({"status": "ok"}))
 }
 
+/// Longest a readiness check waits for the database.
+const READY_WAIT: Duration = Duration::from_secs(1);
+
+/// Ready: not stopping, and the database answers (within a second) with the migrations
+/// applied. A load balancer stops routing here as soon as shutdown begins.
 async fn readyz(State(state): State<AppState>) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    if state.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(ApiError::Unavailable("shutting down".into()));
+    }
     let store = state.engine.store();
-    match store.ping().await {
-        Ok(()) => Ok(axum::Json(
+    match tokio::time::timeout(READY_WAIT, store.ping()).await {
+        Ok(Ok(())) => Ok(axum::Json(
             json!({"status": "ready", "database": store.backend().as_str()}),
         )),
-        Err(e) => Err(ApiError::Unavailable(format!("database not ready: {e}"))),
+        Ok(Err(e)) => Err(ApiError::Unavailable(format!("database not ready: {e}"))),
+        Err(_) => Err(ApiError::Unavailable(format!(
+            "database not ready: no answer within {} ms",
+            READY_WAIT.as_millis()
+        ))),
     }
 }
 

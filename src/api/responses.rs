@@ -6,9 +6,9 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
 use super::extract::{ApiJson, ApiJsonBytes, ApiQuery};
 use super::sse;
+use super::{AppState, access};
 use crate::auth::Caller;
 use crate::engine::{IdempotencyKey, ItemPage, RunEnd, StartedRun, UpstreamFailure};
 use crate::error::ApiError;
@@ -72,6 +72,7 @@ pub async fn submit_tool_outputs(
     Path(id): Path<String>,
     ApiJson(submission): ApiJson<SubmitToolOutputs>,
 ) -> Result<Response, ApiError> {
+    access::serves(&id);
     let started = state
         .engine
         .submit_tool_outputs(&caller, &id, submission)
@@ -85,11 +86,13 @@ pub async fn cancel(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<ResponseObject>, ApiError> {
+    access::serves(&id);
     Ok(Json(state.engine.cancel(&caller.tenant_id, &id).await?))
 }
 
 /// The stream of a started run, or its response object once it stops (or pauses again).
 async fn reply(state: &AppState, started: StartedRun) -> Result<Response, ApiError> {
+    access::serves(&started.id);
     if let Some(events) = started.events {
         return Ok(sse::response(events, state.heartbeat));
     }
@@ -143,6 +146,7 @@ pub async fn retrieve(
     ApiQuery(query): ApiQuery<RetrieveResponse>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    access::serves(&id);
     if query.stream == Some(true) {
         let after = match query.starting_after {
             Some(n) => Some(n),
@@ -178,6 +182,7 @@ pub async fn delete(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Deleted>, ApiError> {
+    access::serves(&id);
     state.engine.delete(&caller.tenant_id, &id).await?;
     Ok(Json(Deleted {
         id,
@@ -193,6 +198,7 @@ pub async fn input_items(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<ListInputItems>,
 ) -> Result<Json<List<Item>>, ApiError> {
+    access::serves(&id);
     let limit = match query.limit.as_deref() {
         None => 20,
         Some(text) => match text.parse::<u32>() {

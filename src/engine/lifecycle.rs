@@ -58,6 +58,21 @@ pub(crate) struct Conclusion {
 }
 
 impl Ending {
+    /// How the run stopped here, as logs and metrics name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Ending::Completed => "completed",
+            Ending::Paused { .. } => "paused",
+            Ending::Cancelled => "cancelled",
+            Ending::Expired => "expired",
+            Ending::Incomplete(_) => "incomplete",
+            Ending::Failed { .. } => "failed",
+            Ending::Abandoned(_) => "abandoned",
+            Ending::Lost => "lost",
+            Ending::HandedOver => "handed_over",
+        }
+    }
+
     /// Applies the ending to the run's body (its status and the fields that go with it; items
     /// still open are closed `incomplete`) and says how the run ends. `None` for an ending
     /// that leaves the run's state alone (lost, handed over).

@@ -40,6 +40,7 @@ pub fn test_config(database_url: &str, llm: &FakeLlm) -> Config {
     // default tenant's.
     config.auth.mode = switchyard::config::AuthMode::Open;
     config.server.shutdown_grace_seconds = 5;
+    config.server.drain_delay_ms = 0;
     config.database.url = database_url.to_string();
     config.llm.provider.base_url = Some(llm.base_url());
     config.llm.provider.api_key = Some(Secret::new("test-key"));
@@ -455,6 +456,38 @@ pub fn spawn_binary_with(
     config: Option<&std::path::Path>,
     env: &[(&str, &str)],
 ) -> (std::process::Child, String) {
+    let (child, address, _) = spawn_binary_logged(database_url, llm_url, config, env);
+    (child, address)
+}
+
+/// What an instance has logged so far, line by line.
+#[derive(Clone, Default)]
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Logs {
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 5 s) for a line that `matches`, and returns it.
+    pub async fn wait_for(&self, matches: impl Fn(&str) -> bool) -> String {
+        for _ in 0..250 {
+            if let Some(line) = self.lines().into_iter().find(|l| matches(l)) {
+                return line;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("no such log line in:\n{}", self.lines().join("\n"));
+    }
+}
+
+/// As [`spawn_binary_with`], keeping what the instance logs.
+pub fn spawn_binary_logged(
+    database_url: &str,
+    llm_url: &str,
+    config: Option<&std::path::Path>,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String, Logs) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
@@ -468,6 +501,7 @@ pub fn spawn_binary_with(
         .env("SWITCHYARD__LLM__API_KEY", "test")
         .env("SWITCHYARD__AUTH__MODE", "open")
         .env("SWITCHYARD__LLM__RETRIES", "0")
+        .env("SWITCHYARD__SERVER__DRAIN_DELAY_MS", "0")
         .env("SWITCHYARD__RUNS__LEASE_TTL_MS", "1000")
         .env("SWITCHYARD__RUNS__SWEEP_INTERVAL_MS", "200")
         .env("RUST_LOG", "info");
@@ -487,14 +521,17 @@ pub fn spawn_binary_with(
     // Keep reading so the child never blocks on a full pipe. TEST_BINARY_LOGS=1 shows them.
     let echo = std::env::var_os("TEST_BINARY_LOGS").is_some();
     let pid = child.id();
+    let logs = Logs::default();
+    let kept = logs.clone();
     std::thread::spawn(move || {
-        for line in lines.by_ref() {
-            if echo && let Ok(line) = line {
+        for line in lines.by_ref().map_while(Result::ok) {
+            if echo {
                 eprintln!("[switchyard {pid}] {line}");
             }
+            kept.0.lock().unwrap().push(line);
         }
     });
-    (child, address)
+    (child, address, logs)
 }
 
 /// Reads a stream until it ends or its connection breaks; keeps what arrived. `first` hears

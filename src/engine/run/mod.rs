@@ -212,7 +212,7 @@ impl RunTask {
             }
         }
         tracing::info!(
-            status = ?self.out.body.status,
+            ending = ending.name(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             input_tokens = used.input_tokens,
             output_tokens = used.output_tokens,
