@@ -71,6 +71,9 @@ impl Application {
                 )
             })?;
         let models = ModelRouter::from_config(&config)?;
+        if crate::metrics::install().is_none() {
+            tracing::warn!("another metrics recorder is installed: /metrics answers 503");
+        }
         let instance_id = uuid::Uuid::now_v7().simple().to_string();
         let (hub, writer) = EventHub::start(
             store.clone(),

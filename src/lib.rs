@@ -10,6 +10,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod llm;
+pub mod metrics;
 pub mod protocol;
 pub mod redact;
 pub mod store;

@@ -259,3 +259,245 @@ async fn readiness_fails_as_soon_as_shutdown_begins_while_requests_are_still_ser
         .await;
     assert!(after.is_err(), "{after:?}");
 }
+
+/// The value of the sample `name{labels}` in a Prometheus text rendering (labels in any order;
+/// `labels` lists some of them), summed over the samples that match; `None` if none does.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+        if metric != name {
+            continue;
+        }
+        let matches = labels
+            .iter()
+            .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        if matches {
+            *found.get_or_insert(0.0) += value.parse::<f64>().unwrap();
+        }
+    }
+    found
+}
+
+async fn scrape(instance: &Instance) -> String {
+    let reply = reqwest::get(instance.url("/metrics")).await.unwrap();
+    assert_eq!(reply.status(), 200);
+    assert!(
+        reply.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4"),
+        "{:?}",
+        reply.headers()
+    );
+    reply.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn metrics_count_requests_runs_turns_tools_streams_and_the_writer_after_a_mixed_load() {
+    let llm = FakeLlm::start().await.unwrap();
+    let instance = Instance::start(&llm, &[]);
+    let client = reqwest::Client::new();
+    let post = |body: serde_json::Value| {
+        let request = client.post(instance.url("/v1/responses")).json(&body);
+        async move {
+            let reply = request.send().await.unwrap();
+            let status = reply.status().as_u16();
+            (status, reply.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let text = json!({"model": "gpt-4o-mini", "input": "hi"});
+    let builtin = json!([{"type": "mcp", "server_label": "builtin", "require_approval": "never"}]);
+
+    // Two answers.
+    for _ in 0..2 {
+        llm.push(Turn::text("hello"));
+        assert_eq!(post(text.clone()).await.0, 200);
+    }
+    // A server tool called well, then with arguments that do not fit its schema.
+    llm.push(Turn::tool_call(
+        "c1",
+        "calculator",
+        r#"{"expression": "6 * 7"}"#,
+    ));
+    llm.push(Turn::tool_call("c2", "calculator", r#"{"nope": 1}"#));
+    llm.push(Turn::text("42"));
+    let mut with_tools = text.clone();
+    with_tools["tools"] = builtin.clone();
+    assert_eq!(post(with_tools).await.0, 200);
+    // A client tool: the run pauses.
+    llm.push(Turn::tool_call("c3", "lookup", "{}"));
+    let mut client_tool = text.clone();
+    client_tool["tools"] =
+        json!([{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]);
+    let (status, paused) = post(client_tool).await;
+    assert_eq!(
+        (status, paused["status"].as_str()),
+        (200, Some("completed"))
+    );
+    // The upstream fails.
+    llm.push(Turn::error(500, "boom"));
+    assert_eq!(post(text.clone()).await.0, 502);
+    // Unknown model, unknown response.
+    assert_eq!(
+        post(json!({"model": "no-such-model", "input": "x"}))
+            .await
+            .0,
+        400
+    );
+    let unknown = client
+        .get(instance.url("/v1/responses/resp_unknown"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    // A stream kept open by a slow model.
+    llm.push(Turn::text("slow answer").delayed(1500));
+    let mut streamed = text.clone();
+    streamed["stream"] = json!(true);
+    let stream = client
+        .post(instance.url("/v1/responses"))
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let during = scrape(&instance).await;
+    let open = |labels: &[(&str, &str)]| sample(&during, "switchyard_open_streams", labels);
+    assert_eq!(open(&[("transport", "sse")]), Some(1.0), "{during}");
+    assert_eq!(sample(&during, "switchyard_runs_executing", &[]), Some(1.0));
+    assert_eq!(
+        sample(
+            &during,
+            "switchyard_stored_runs",
+            &[("state", "requires_action")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &during,
+            "switchyard_stored_runs",
+            &[("state", "in_progress")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&during, "switchyard_stored_runs", &[("state", "queued")]),
+        Some(0.0)
+    );
+    read_sse(stream).await;
+    // The stream's run has stopped, and its stream closed.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = scrape(&instance).await;
+    let value = |name: &str, labels: &[(&str, &str)]| sample(&after, name, labels);
+    let requests = |route: &str, status: &str| {
+        value(
+            "switchyard_http_requests_total",
+            &[("route", route), ("status", status)],
+        )
+    };
+    assert_eq!(requests("/v1/responses", "200"), Some(5.0), "{after}");
+    assert_eq!(requests("/v1/responses", "502"), Some(1.0));
+    assert_eq!(requests("/v1/responses", "400"), Some(1.0));
+    assert_eq!(requests("/v1/responses/{id}", "404"), Some(1.0));
+    assert_eq!(
+        value(
+            "switchyard_http_request_duration_seconds_count",
+            &[("route", "/v1/responses")]
+        ),
+        Some(7.0)
+    );
+    assert_eq!(value("switchyard_runs_started_total", &[]), Some(6.0));
+    let ended = |ending: &str| value("switchyard_runs_finished_total", &[("ending", ending)]);
+    assert_eq!(ended("completed"), Some(4.0));
+    assert_eq!(ended("paused"), Some(1.0));
+    assert_eq!(ended("failed"), Some(1.0));
+    assert_eq!(
+        value("switchyard_run_duration_seconds_count", &[]),
+        Some(6.0)
+    );
+    let slow = value(
+        "switchyard_run_duration_seconds_bucket",
+        &[("ending", "completed"), ("le", "1")],
+    );
+    assert_eq!(slow, Some(3.0), "the slow run took over a second");
+    // Every run but the failed one streamed a first token; the slow one after 1.5 s.
+    let first =
+        |labels: &[(&str, &str)]| value("switchyard_time_to_first_token_seconds_bucket", labels);
+    assert_eq!(
+        value(
+            "switchyard_time_to_first_token_seconds_count",
+            &[("model", "gpt-4o-mini")]
+        ),
+        Some(5.0)
+    );
+    assert_eq!(first(&[("le", "1")]), Some(4.0));
+    // Turns: 2 + 3 + 1 + 1 (the failed one) + 1.
+    assert_eq!(
+        value(
+            "switchyard_upstream_turn_duration_seconds_count",
+            &[("provider", "default"), ("model", "gpt-4o-mini")]
+        ),
+        Some(8.0)
+    );
+    assert_eq!(
+        value(
+            "switchyard_upstream_errors_total",
+            &[("provider", "default"), ("kind", "upstream_error")]
+        ),
+        Some(1.0)
+    );
+    let calls = |outcome: &str| {
+        value(
+            "switchyard_tool_calls_total",
+            &[
+                ("server", "builtin"),
+                ("tool", "calculator"),
+                ("outcome", outcome),
+            ],
+        )
+    };
+    assert_eq!(calls("ok"), Some(1.0));
+    assert_eq!(calls("invalid_arguments"), Some(1.0));
+    assert_eq!(
+        value(
+            "switchyard_tool_call_duration_seconds_count",
+            &[("tool", "calculator")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        value("switchyard_open_streams", &[("transport", "sse")]),
+        Some(0.0)
+    );
+    assert_eq!(value("switchyard_runs_executing", &[]), Some(0.0));
+    let commits = value("switchyard_event_writer_commit_seconds_count", &[]).unwrap();
+    let rows = value("switchyard_event_writer_batch_size_sum", &[]).unwrap();
+    assert!(
+        commits >= 6.0 && rows >= commits,
+        "{commits} commits, {rows} rows"
+    );
+    let tokens = |kind: &str| {
+        value(
+            "switchyard_tokens_total",
+            &[("model", "gpt-4o-mini"), ("kind", kind)],
+        )
+        .unwrap()
+    };
+    assert!(tokens("input") > 0.0 && tokens("output") > 0.0, "{after}");
+    for family in [
+        "switchyard_http_requests_total",
+        "switchyard_runs_finished_total",
+        "switchyard_tokens_total",
+    ] {
+        assert!(
+            after.contains(&format!("# TYPE {family} counter")),
+            "{family} is described"
+        );
+    }
+}

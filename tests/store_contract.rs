@@ -2,6 +2,8 @@
 //! is set (CI sets it). Ids are unique per test, so tests share one PostgreSQL database.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -1281,5 +1283,38 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
             .await
             .unwrap();
         assert!(found.is_empty(), "{}", b.url);
+    }
+}
+
+#[tokio::test]
+async fn unfinished_runs_are_counted_by_state() {
+    // A database of its own: the counts are every run's.
+    for (url, _dir) in common::database_urls().await {
+        let store = store::connect(&url, 4).await.unwrap();
+        assert_eq!(store.count_unfinished().await.unwrap(), vec![], "{url}");
+        let running = ids::new(ids::RESPONSE);
+        store
+            .insert_run(&new_run(&running, 0, "a", 10))
+            .await
+            .unwrap();
+        let mut queued = new_run(&ids::new(ids::RESPONSE), 0, "a", 10);
+        queued.state = RunState::Queued;
+        queued.lease = None;
+        store.insert_run(&queued).await.unwrap();
+        let ended = ids::new(ids::RESPONSE);
+        store
+            .insert_run(&new_run(&ended, 0, "a", 10))
+            .await
+            .unwrap();
+        let change = end(&ended, RunState::Completed, "a", 2_000);
+        store.transition(&change).await.unwrap();
+        assert_eq!(state(&*store, &ended).await, RunState::Completed);
+        let mut counts = store.count_unfinished().await.unwrap();
+        counts.sort_by_key(|(state, _)| state.as_str());
+        assert_eq!(
+            counts,
+            vec![(RunState::InProgress, 1), (RunState::Queued, 1)],
+            "{url}"
+        );
     }
 }

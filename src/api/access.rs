@@ -2,12 +2,13 @@
 //! (the client's `X-Request-Id`, or a new one), into which a handler records the response id
 //! it serves; one line when the response starts (status, duration, bytes).
 
-use std::time::Duration;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::body::HttpBody as _;
 use axum::extract::MatchedPath;
 use axum::http::{Request, Response};
+use axum::middleware::Next;
 use tower_http::request_id::{MakeRequestId, RequestId};
 use tracing::Span;
 
@@ -71,15 +72,27 @@ pub fn serves(response_id: &str) {
     Span::current().record("response_id", response_id);
 }
 
-/// The access line: logged when the response's headers go out (a stream's own length is in
-/// its run's `run stopped` line).
-pub fn log(response: &Response<Body>, latency: Duration, _: &Span) {
+/// The access line and the request metrics, when the response's headers go out (a stream's
+/// own length is in its run's `run stopped` line). Runs inside the request's span.
+pub async fn log(request: Request<Body>, next: Next) -> Response<Body> {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned());
+    let response = next.run(request).await;
+    let took = started.elapsed();
+    let status = response.status().as_u16();
     let bytes = response.body().size_hint().exact();
     tracing::info!(
         target: "switchyard::access",
-        status = response.status().as_u16(),
-        duration_ms = %format_args!("{:.3}", latency.as_secs_f64() * 1e3),
+        status,
+        duration_ms = %format_args!("{:.3}", took.as_secs_f64() * 1e3),
         bytes,
         "request"
     );
+    let route = route.as_deref().unwrap_or("unmatched");
+    crate::metrics::http_request(method.as_str(), route, status, took);
+    response
 }

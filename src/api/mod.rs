@@ -72,19 +72,21 @@ pub fn router(state: AppState) -> Router {
         .merge(v1)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
+        .layer(axum::middleware::from_fn(access::log))
         // A span per request, carrying its request id (and the response id once known): what is
         // logged while serving it says which request it was; one access line when it answers.
         .layer(
             tower_http::trace::TraceLayer::new_for_http()
                 .make_span_with(access::span)
                 .on_request(())
-                .on_response(access::log)
+                .on_response(())
                 .on_failure(()),
         )
         // The client's `X-Request-Id`, or a new one; echoed on the response.
@@ -152,6 +154,25 @@ async fn models(State(state): State<AppState>) -> axum::Json<ModelList> {
 
 async fn healthz() -> axum::Json<serde_json::Value> {
     axum::Json(json!({"status": "ok"}))
+}
+
+/// The metrics in Prometheus text format. Unauthenticated, as `/healthz` is: keep it off
+/// public ingress. The stored-run gauges are sampled now.
+async fn metrics(State(state): State<AppState>) -> Response {
+    state.engine.sample_metrics().await;
+    match crate::metrics::render() {
+        Some(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        None => {
+            ApiError::Unavailable("metrics are not recorded by this process".into()).into_response()
+        }
+    }
 }
 
 /// Longest a readiness check waits for the database.

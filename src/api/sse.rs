@@ -43,6 +43,8 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
         /// The events ended (or failed) while a chunk was being filled.
         ended: Option<bool>,
         finished: bool,
+        /// Counted among the open streams while it lives.
+        _open: crate::metrics::OpenStream,
     }
     impl State {
         /// Appends an event; false when the stream ends with it.
@@ -76,6 +78,7 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
             last_was_terminal: true,
             ended: None,
             finished: false,
+            _open: crate::metrics::OpenStream::new("sse"),
         },
         move |mut state| async move {
             if state.finished {

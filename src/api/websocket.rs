@@ -44,6 +44,7 @@ pub async fn upgrade(
 }
 
 async fn session(state: AppState, caller: Caller, mut socket: WebSocket) {
+    let _open = crate::metrics::OpenStream::new("websocket");
     let mut memory = SocketMemory::default();
     let deadline = tokio::time::Instant::now() + CONNECTION_LIMIT;
     loop {

@@ -91,6 +91,11 @@ impl LiveRuns {
         self.lock().remove(id);
     }
 
+    /// How many runs execute here.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
     pub fn contains(&self, id: &str) -> bool {
         self.lock().contains_key(id)
     }

@@ -446,6 +446,7 @@ impl Engine {
                 resumed: launch.resumed,
                 listings: prepared.listings,
                 admission: launch.admission,
+                awaiting_first_token: None,
             },
             done: Some(done),
         }

@@ -155,17 +155,19 @@ async fn execute(
     let call_id = context.call_id.clone();
     tracing::info!(call_id = %call_id, tool = %name, "tool call started");
     let result = run_handler(tool, context, arguments, output).await;
-    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let took = started.elapsed();
+    let elapsed_ms = took.as_millis() as u64;
     let outcome = match result.error {
         None => "ok",
-        Some(ToolErrorKind::Tool) => "tool error",
-        Some(ToolErrorKind::InvalidArguments) => "invalid arguments",
+        Some(ToolErrorKind::Tool) => "tool_error",
+        Some(ToolErrorKind::InvalidArguments) => "invalid_arguments",
         Some(ToolErrorKind::Refused) => "refused",
-        Some(ToolErrorKind::Transport { .. }) => "transport failure",
+        Some(ToolErrorKind::Transport { .. }) => "transport_failure",
         Some(ToolErrorKind::Timeout) => "timeout",
         Some(ToolErrorKind::Panic) => "panic",
         Some(ToolErrorKind::Cancelled) => "cancelled",
     };
+    crate::metrics::tool_call(&tool.server_label, &name, outcome, took);
     match result.error {
         None => {
             tracing::info!(call_id = %call_id, tool = %name, elapsed_ms, outcome, "tool call finished")

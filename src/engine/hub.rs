@@ -395,7 +395,12 @@ impl Writer {
                     .collect(),
             };
             let written = !write.is_empty();
+            let rows = write.runs.len() + write.events.len() + write.endings.len();
+            let started = std::time::Instant::now();
             let outcome = self.store.write_batch(&write).await;
+            if written {
+                crate::metrics::writer_commit(rows, started.elapsed());
+            }
             drop(write);
             // Only a batch that wrote something says whether the database can be reached.
             if written {

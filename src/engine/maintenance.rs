@@ -11,6 +11,9 @@ use crate::time::UnixMillis;
 /// After the runs were told to hand over, how long they get to reach a safe point.
 const HANDOVER_WAIT: Duration = Duration::from_secs(10);
 
+/// How often histogram samples are folded into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
 impl Engine {
     /// Starts lease renewal, the sweeps, the claimer, the listener for other instances'
     /// news, and the store's upkeep.
@@ -39,6 +42,16 @@ impl Engine {
         inner
             .maintenance
             .spawn(async move { engine.sweep_loop().await });
+        // Histogram samples are folded into buckets every few seconds, scraped or not.
+        let stop = inner.stop_maintenance.clone();
+        inner.maintenance.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(METRICS_UPKEEP) => crate::metrics::upkeep(),
+                }
+            }
+        });
     }
 
     /// Claims queued runs when woken (a run queued here) or every `claim_interval`, until

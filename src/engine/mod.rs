@@ -44,7 +44,7 @@ use crate::protocol::items::Item;
 use crate::protocol::request::{FieldError, RequestLimits};
 use crate::protocol::response::ResponseObject;
 pub use crate::store::{DEFAULT_TENANT, IdempotencyKey};
-use crate::store::{Order, RunStore, StoreError, StoredRun};
+use crate::store::{Order, RunState, RunStore, StoreError, StoredRun};
 use crate::tools::registry::ToolRegistry;
 pub use chain::SocketMemory;
 use control::LiveRuns;
@@ -290,6 +290,33 @@ impl Engine {
         Err(EngineError::Unavailable(
             "the database cannot be reached".into(),
         ))
+    }
+
+    /// Samples the gauges that are read rather than kept: runs executing here, and stored
+    /// runs by state (within a second; left as they were when the database does not answer).
+    pub async fn sample_metrics(&self) {
+        crate::metrics::runs_executing(self.inner.live.count());
+        let counted =
+            tokio::time::timeout(Duration::from_secs(1), self.inner.store.count_unfinished()).await;
+        match counted {
+            Ok(Ok(counts)) => {
+                for state in [
+                    RunState::Queued,
+                    RunState::InProgress,
+                    RunState::RequiresAction,
+                ] {
+                    let count = counts
+                        .iter()
+                        .find_map(|(s, n)| (*s == state).then_some(*n))
+                        .unwrap_or(0);
+                    crate::metrics::stored_runs(state.as_str(), count);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot count the stored runs for metrics"),
+            Err(_) => tracing::warn!(
+                "cannot count the stored runs for metrics: no answer within a second"
+            ),
+        }
     }
 
     fn holder(&self) -> &str {

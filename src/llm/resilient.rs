@@ -5,7 +5,7 @@
 //! once; a fallback model on another provider when the first fails before it streamed.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -83,6 +83,21 @@ impl Resilient {
     }
 }
 
+/// A model turn being streamed: holds its provider's request slot, and records the turn's
+/// length when its stream is dropped (ended, failed or abandoned).
+struct TurnInFlight {
+    provider: String,
+    model: String,
+    started: Instant,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Drop for TurnInFlight {
+    fn drop(&mut self) {
+        crate::metrics::upstream_turn(&self.provider, &self.model, self.started.elapsed());
+    }
+}
+
 /// A number in [0, 1), from the operating system's randomness.
 fn random_fraction() -> f64 {
     (uuid::Uuid::new_v4().as_u128() as u64 >> 11) as f64 / (1u64 << 53) as f64
@@ -106,22 +121,31 @@ impl LlmClient for Resilient {
                 }
             }
         };
+        let started = Instant::now();
         let mut attempt = 0;
         loop {
             match self.inner.stream(request).await {
                 Ok(stream) => {
-                    // The slot is held until the stream ends.
-                    return Ok(match permit {
-                        None => stream,
-                        Some(permit) => Box::pin(stream.map(move |event| {
-                            let _held = &permit;
-                            event
-                        })),
-                    });
+                    // The slot is held, and the turn timed, until the stream is dropped.
+                    let turn = TurnInFlight {
+                        provider: self.provider.clone(),
+                        model: request.model.clone(),
+                        started,
+                        _permit: permit,
+                    };
+                    return Ok(Box::pin(stream.map(move |event| {
+                        if let Err(error) = &event {
+                            crate::metrics::upstream_error(&turn.provider, error.code());
+                        }
+                        event
+                    })));
                 }
                 Err(error) => {
+                    crate::metrics::upstream_error(&self.provider, error.code());
                     attempt += 1;
                     let Some(wait) = self.backoff(attempt, &error) else {
+                        let took = started.elapsed();
+                        crate::metrics::upstream_turn(&self.provider, &request.model, took);
                         return Err(error);
                     };
                     tracing::warn!(

@@ -357,6 +357,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// Succeeds when the database answers and the migrations are applied.
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// How many runs are in each of the states that are not final, every tenant's (states
+    /// with none are left out).
+    async fn count_unfinished(&self) -> Result<Vec<(RunState, u64)>, StoreError>;
+
     /// Inserts a run, its input items and first events in one transaction (with its
     /// idempotency key: `KeyTaken` when another request holds it).
     async fn insert_run(&self, run: &NewRun) -> Result<(), StoreError>;

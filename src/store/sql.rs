@@ -42,6 +42,19 @@ pub(super) const GET_RUN: &str = concat!(
     " FROM responses WHERE tenant_id = $1 AND id = $2"
 );
 
+/// Runs by state, for the states that are not final (the state index answers it).
+pub(super) const COUNT_UNFINISHED: &str = "SELECT state, COUNT(*) FROM responses \
+     WHERE state IN ('queued', 'in_progress', 'requires_action') GROUP BY state";
+
+/// Reads the rows of [`COUNT_UNFINISHED`].
+pub(super) fn unfinished_counts(
+    rows: Vec<(String, i64)>,
+) -> Result<Vec<(RunState, u64)>, StoreError> {
+    rows.into_iter()
+        .map(|(state, count)| Ok((parse_state(&state)?, count.max(0) as u64)))
+        .collect()
+}
+
 pub(super) const STATE_OF: &str = "SELECT state FROM responses WHERE id = $1";
 
 /// A transition's compare-and-set: `$10` the state it leaves, `$11` its guard on the lease

@@ -611,6 +611,13 @@ impl RunStore for SqliteStore {
         row.ok_or(StoreError::NotFound)?.try_into()
     }
 
+    async fn count_unfinished(&self) -> Result<Vec<(super::RunState, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql::COUNT_UNFINISHED)
+            .fetch_all(&self.readers)
+            .await?;
+        sql::unfinished_counts(rows)
+    }
+
     async fn state_of(&self, id: &str) -> Result<Option<super::RunState>, StoreError> {
         if findable(id).is_err() {
             return Ok(None);

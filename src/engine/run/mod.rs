@@ -127,6 +127,8 @@ pub(super) struct Start {
     pub listings: Vec<(String, Vec<McpToolInfo>)>,
     /// A new run whose insert is still being committed.
     pub admission: Option<Admission>,
+    /// When this execution began, until the model streams its first text or call.
+    pub awaiting_first_token: Option<Instant>,
 }
 
 pub(super) struct RunTask {
@@ -177,7 +179,9 @@ impl RunTask {
     /// and moved into its body), and this state is held by every open run.
     pub async fn execute(mut self: Box<Self>) {
         let started = Instant::now();
+        self.start.awaiting_first_token = Some(started);
         tracing::info!(model = %self.out.body.model, resumed = self.start.resumed, "run started");
+        crate::metrics::run_started(self.start.resumed);
         if !self.start.resumed {
             let response = Box::new(self.out.body.clone());
             self.out.emitter.emit(Event::Created { response }).await;
@@ -211,13 +215,16 @@ impl RunTask {
                 tracing::warn!(error = %e, "cannot delete an unstored run");
             }
         }
+        let took = started.elapsed();
         tracing::info!(
             ending = ending.name(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = took.as_millis() as u64,
             input_tokens = used.input_tokens,
             output_tokens = used.output_tokens,
             "run stopped"
         );
+        crate::metrics::run_finished(ending.name(), took);
+        crate::metrics::tokens(&self.out.body.model, used.input_tokens, used.output_tokens);
         let end = match ending {
             Ending::Lost | Ending::HandedOver => RunEnd::ContinuesElsewhere,
             ending => ending.upstream().map_or(RunEnd::Stopped, RunEnd::from),

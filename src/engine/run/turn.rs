@@ -97,6 +97,7 @@ impl RunTask {
             let Some(next) = next else { break };
             match next {
                 Ok(ModelEvent::TextDelta(delta)) => {
+                    self.first_token();
                     // Text after calls: the calls are complete.
                     if !calls.is_empty() {
                         Box::pin(self.finish_calls(&mut calls, &mut turn)).await;
@@ -114,6 +115,7 @@ impl RunTask {
                     name,
                     arguments,
                 }) => {
+                    self.first_token();
                     if open.is_some() {
                         Box::pin(self.out.close_message(open.take(), ItemStatus::Completed)).await;
                     }
@@ -162,6 +164,13 @@ impl RunTask {
             None => Err(self.stop_ending()),
             Some(Ok(stream)) => Ok(stream),
             Some(Err(e)) => Err(upstream_ending(e)),
+        }
+    }
+
+    /// Records the time to the first token, at the execution's first text or call.
+    fn first_token(&mut self) {
+        if let Some(began) = self.start.awaiting_first_token.take() {
+            crate::metrics::first_token(&self.out.body.model, began.elapsed());
         }
     }
 

@@ -1,0 +1,252 @@
+//! Metrics in Prometheus text format (`GET /metrics`), through the `metrics` facade: code
+//! records what happened with the functions below, which name every metric in one place; the
+//! exporter keeps the values and renders them.
+//!
+//! Labels take only values from a bounded set (routes, configured models, servers and tools,
+//! fixed outcome names), never anything a client chooses freely. Recording costs a label-set
+//! lookup and an atomic add; histograms keep their samples until the next scrape or upkeep
+//! (every few seconds), which folds them into buckets.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+const HTTP_REQUESTS: &str = "switchyard_http_requests_total";
+const HTTP_DURATION: &str = "switchyard_http_request_duration_seconds";
+const RUNS_STARTED: &str = "switchyard_runs_started_total";
+const RUNS_FINISHED: &str = "switchyard_runs_finished_total";
+const RUN_DURATION: &str = "switchyard_run_duration_seconds";
+const FIRST_TOKEN: &str = "switchyard_time_to_first_token_seconds";
+const UPSTREAM_TURN: &str = "switchyard_upstream_turn_duration_seconds";
+const UPSTREAM_ERRORS: &str = "switchyard_upstream_errors_total";
+const TOOL_CALLS: &str = "switchyard_tool_calls_total";
+const TOOL_DURATION: &str = "switchyard_tool_call_duration_seconds";
+const OPEN_STREAMS: &str = "switchyard_open_streams";
+const RUNS_EXECUTING: &str = "switchyard_runs_executing";
+const STORED_RUNS: &str = "switchyard_stored_runs";
+const WRITER_BATCH: &str = "switchyard_event_writer_batch_size";
+const WRITER_COMMIT: &str = "switchyard_event_writer_commit_seconds";
+const TOKENS: &str = "switchyard_tokens_total";
+
+/// Seconds, from a millisecond to a minute: requests and tool calls.
+const SHORT: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Seconds, from 10 ms to 10 minutes: runs and model turns.
+const LONG: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+/// Seconds, from 0.1 ms to a second: database commits.
+const COMMIT: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+/// Rows per commit.
+const BATCH: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+/// The process's exporter: installed once (every application of a process, as in tests,
+/// shares it).
+static EXPORTER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the exporter as the process's metrics recorder; `None` if another recorder was
+/// installed first (metrics are then that recorder's).
+pub fn install() -> Option<PrometheusHandle> {
+    EXPORTER
+        .get_or_init(|| {
+            let mut builder = PrometheusBuilder::new();
+            for (names, buckets) in [
+                (&[HTTP_DURATION, TOOL_DURATION][..], SHORT),
+                (&[RUN_DURATION, FIRST_TOKEN, UPSTREAM_TURN][..], LONG),
+                (&[WRITER_COMMIT][..], COMMIT),
+                (&[WRITER_BATCH][..], BATCH),
+            ] {
+                for name in names {
+                    builder = builder
+                        .set_buckets_for_metric(Matcher::Full((*name).to_string()), buckets)
+                        .ok()?;
+                }
+            }
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok()?;
+            describe();
+            Some(handle)
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests answered, by method, route and status"
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "Time to a request's response headers (a stream's own length is in run duration)"
+    );
+    describe_counter!(
+        RUNS_STARTED,
+        "Run executions started here: new runs, and resumed ones (after a pause, a claim of a queued run or a takeover)"
+    );
+    describe_counter!(
+        RUNS_FINISHED,
+        "Run executions ended here, by how: completed, paused, cancelled, expired, incomplete, failed, abandoned, lost, handed_over"
+    );
+    describe_histogram!(
+        RUN_DURATION,
+        Unit::Seconds,
+        "Length of a run's execution here, by how it ended"
+    );
+    describe_histogram!(
+        FIRST_TOKEN,
+        Unit::Seconds,
+        "From a run's execution starting to the first text or tool call the model streamed, by model"
+    );
+    describe_histogram!(
+        UPSTREAM_TURN,
+        Unit::Seconds,
+        "One model turn upstream, from the request to its stream's end, by provider and model"
+    );
+    describe_counter!(
+        UPSTREAM_ERRORS,
+        "Upstream failures, retried ones included, by provider and kind"
+    );
+    describe_counter!(
+        TOOL_CALLS,
+        "Server tool calls executed, by tool server, tool and outcome"
+    );
+    describe_histogram!(
+        TOOL_DURATION,
+        Unit::Seconds,
+        "Server tool call duration, by tool server and tool"
+    );
+    describe_gauge!(
+        OPEN_STREAMS,
+        "Event streams open to clients, by transport (sse, websocket)"
+    );
+    describe_gauge!(RUNS_EXECUTING, "Runs executing on this instance");
+    describe_gauge!(
+        STORED_RUNS,
+        "Runs in the database by state (queued, in_progress, requires_action): the same on every instance"
+    );
+    describe_histogram!(
+        WRITER_BATCH,
+        "Rows (events, new runs, endings) per event-writer commit"
+    );
+    describe_histogram!(WRITER_COMMIT, Unit::Seconds, "Event-writer commit latency");
+    describe_counter!(TOKENS, "Tokens used, by model and kind (input, output)");
+}
+
+/// Folds histogram samples into their buckets: called every few seconds, so that memory
+/// stays flat when nobody scrapes.
+pub fn upkeep() {
+    if let Some(Some(handle)) = EXPORTER.get() {
+        handle.run_upkeep();
+    }
+}
+
+/// An answered request. `route` is the matched route (`/v1/responses/{id}`), or `unmatched`.
+pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
+    let method = static_method(method);
+    counter!(HTTP_REQUESTS, "method" => method, "route" => route.to_string(), "status" => status.to_string())
+        .increment(1);
+    histogram!(HTTP_DURATION, "method" => method, "route" => route.to_string())
+        .record(took.as_secs_f64());
+}
+
+/// A run's execution started here.
+pub fn run_started(resumed: bool) {
+    counter!(RUNS_STARTED, "resumed" => if resumed { "true" } else { "false" }).increment(1);
+}
+
+/// A run's execution ended here (`ending`: one of the names in the description).
+pub fn run_finished(ending: &'static str, took: Duration) {
+    counter!(RUNS_FINISHED, "ending" => ending).increment(1);
+    histogram!(RUN_DURATION, "ending" => ending).record(took.as_secs_f64());
+}
+
+pub fn first_token(model: &str, after: Duration) {
+    histogram!(FIRST_TOKEN, "model" => model.to_string()).record(after.as_secs_f64());
+}
+
+pub fn upstream_turn(provider: &str, model: &str, took: Duration) {
+    histogram!(UPSTREAM_TURN, "provider" => provider.to_string(), "model" => model.to_string())
+        .record(took.as_secs_f64());
+}
+
+/// `kind`: the error's code (`upstream_timeout`, `upstream_rate_limited`, …).
+pub fn upstream_error(provider: &str, kind: &'static str) {
+    counter!(UPSTREAM_ERRORS, "provider" => provider.to_string(), "kind" => kind).increment(1);
+}
+
+/// An executed server tool call; `outcome`: `ok` or what failed it.
+pub fn tool_call(server: &str, tool: &str, outcome: &'static str, took: Duration) {
+    counter!(TOOL_CALLS, "server" => server.to_string(), "tool" => tool.to_string(), "outcome" => outcome)
+        .increment(1);
+    histogram!(TOOL_DURATION, "server" => server.to_string(), "tool" => tool.to_string())
+        .record(took.as_secs_f64());
+}
+
+pub fn tokens(model: &str, input: u64, output: u64) {
+    counter!(TOKENS, "model" => model.to_string(), "kind" => "input").increment(input);
+    counter!(TOKENS, "model" => model.to_string(), "kind" => "output").increment(output);
+}
+
+/// A commit of the event writer: `rows` written in `took`.
+pub fn writer_commit(rows: usize, took: Duration) {
+    histogram!(WRITER_BATCH).record(rows as f64);
+    histogram!(WRITER_COMMIT).record(took.as_secs_f64());
+}
+
+pub fn runs_executing(count: usize) {
+    gauge!(RUNS_EXECUTING).set(count as f64);
+}
+
+/// Runs stored in `state` (sampled when metrics are read).
+pub fn stored_runs(state: &'static str, count: u64) {
+    gauge!(STORED_RUNS, "state" => state).set(count as f64);
+}
+
+/// Counts an open event stream for as long as it lives.
+pub struct OpenStream(&'static str);
+
+impl OpenStream {
+    /// `transport`: `sse` or `websocket`.
+    pub fn new(transport: &'static str) -> OpenStream {
+        gauge!(OPEN_STREAMS, "transport" => transport).increment(1.0);
+        OpenStream(transport)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        gauge!(OPEN_STREAMS, "transport" => self.0).decrement(1.0);
+    }
+}
+
+/// The rendered metrics, or `None` when this process's recorder is not the exporter.
+pub fn render() -> Option<String> {
+    match EXPORTER.get() {
+        Some(Some(handle)) => Some(handle.render()),
+        _ => None,
+    }
+}
+
+/// The standard methods as static text (no allocation per request); others are `other`.
+fn static_method(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        "DELETE" => "DELETE",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
+}
