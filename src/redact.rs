@@ -6,7 +6,19 @@ use std::borrow::Cow;
 
 const HIDDEN: &str = "***";
 
-/// A URL with its password and every query value hidden (`https://u:***@h/p?key=***`).
+/// Query parameters of database URLs that are settings, not secrets: shown as they are.
+const SETTINGS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "connect_timeout",
+    "application_name",
+    "statement-cache-capacity",
+    "mode",
+];
+
+/// A URL with its password and every query value hidden (`https://u:***@h/p?key=***`),
+/// but for database settings such as `sslmode`.
 /// Text that does not parse as a URL is returned with anything between `://` and `@`
 /// hidden.
 pub fn url(text: &str) -> String {
@@ -18,7 +30,10 @@ pub fn url(text: &str) -> String {
             if parsed.query().is_some() {
                 let pairs: Vec<(String, String)> = parsed
                     .query_pairs()
-                    .map(|(k, _)| (k.into_owned(), HIDDEN.to_string()))
+                    .map(|(k, v)| match SETTINGS.contains(&k.as_ref()) {
+                        true => (k.into_owned(), v.into_owned()),
+                        false => (k.into_owned(), HIDDEN.to_string()),
+                    })
                     .collect();
                 parsed.query_pairs_mut().clear().extend_pairs(pairs);
             }
@@ -87,6 +102,10 @@ mod tests {
             "postgres://app:***@db/main"
         );
         assert_eq!(url("http://h/p"), "http://h/p");
+        assert_eq!(
+            url("postgres://app:secret@db/main?sslmode=verify-full&sslrootcert=/ca.pem&password=x"),
+            "postgres://app:***@db/main?sslmode=verify-full&sslrootcert=%2Fca.pem&password=***"
+        );
         assert_eq!(
             urls_in("error sending request for url (http://h/t?api_key=sk-1): refused"),
             "error sending request for url (http://h/t?api_key=***): refused"

@@ -501,3 +501,57 @@ async fn metrics_count_requests_runs_turns_tools_streams_and_the_writer_after_a_
         );
     }
 }
+
+/// Connections of `database` that use TLS, and all of them.
+async fn tls_connections(admin_url: &str, database: &str) -> (i64, i64) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(admin_url).await.unwrap();
+    sqlx::query_as(
+        "SELECT COUNT(*) FILTER (WHERE s.ssl), COUNT(*) FROM pg_stat_activity a \
+         JOIN pg_stat_ssl s USING (pid) WHERE a.datname = $1",
+    )
+    .bind(database)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn postgres_with_sslmode_require_connects_over_tls_and_an_untrusted_certificate_is_refused() {
+    let Some(url) = fresh_postgres_url().await else {
+        return; // PostgreSQL only.
+    };
+    let admin = std::env::var("TEST_DATABASE_URL").unwrap();
+    let database = url.rsplit('/').next().unwrap().to_string();
+    let llm = FakeLlm::start().await.unwrap();
+    let (mut child, address, _) = spawn_binary_logged(
+        &format!("{url}?sslmode=require"),
+        &llm.base_url(),
+        None,
+        &[],
+    );
+    llm.push(Turn::text("over TLS"));
+    let reply = reqwest::Client::new()
+        .post(format!("http://{address}/v1/responses"))
+        .json(&json!({"model": "gpt-4o-mini", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let (tls, all) = tls_connections(&admin, &database).await;
+    assert!(all > 0 && tls == all, "{tls} of {all} connections use TLS");
+    kill(&mut child);
+
+    // verify-full checks the server's certificate, which no trusted authority signed here.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("migrate")
+        .env(
+            "SWITCHYARD__DATABASE__URL",
+            format!("{url}?sslmode=verify-full"),
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(err.contains("certificate"), "{err}");
+}
