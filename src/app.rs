@@ -70,6 +70,7 @@ impl Application {
                     redact_url(&config.database.url)
                 )
             })?;
+        tracing::info!(schema = %store.schema(), "database ready");
         let models = ModelRouter::from_config(&config)?;
         if crate::metrics::install().is_none() {
             tracing::warn!("another metrics recorder is installed: /metrics answers 503");

@@ -125,7 +125,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 async fn migrate(config: Config) -> anyhow::Result<()> {
     let store = switchyard::store::connect(&config.database.url, 1).await?;
     store.ping().await?;
-    println!("migrations applied to {}", redact_url(&config.database.url));
+    println!("{}: {}", redact_url(&config.database.url), store.schema());
     Ok(())
 }
 

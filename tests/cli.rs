@@ -98,7 +98,7 @@ fn migrate_creates_the_sqlite_file_and_its_folder() {
         format!("sqlite://{}", path.display()),
     ));
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("migrations applied"), "{out}");
+    assert!(out.contains("applied migrations 1 to "), "{out}");
     assert!(path.exists());
 }
 

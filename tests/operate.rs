@@ -555,3 +555,109 @@ async fn postgres_with_sslmode_require_connects_over_tls_and_an_untrusted_certif
     assert!(!output.status.success());
     assert!(err.contains("certificate"), "{err}");
 }
+
+/// Runs `statements` on the database at `url`, each with the binds given.
+async fn execute(url: &str, statements: &[(&str, Vec<i64>)]) {
+    use sqlx::Connection;
+    if url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+        for (sql, binds) in statements {
+            let mut query = sqlx::query(sql);
+            for bind in binds {
+                query = query.bind(*bind);
+            }
+            query.execute(&mut conn).await.unwrap();
+        }
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        for (sql, binds) in statements {
+            let mut query = sqlx::query(sql);
+            for bind in binds {
+                query = query.bind(*bind);
+            }
+            query.execute(&mut conn).await.unwrap();
+        }
+    }
+}
+
+/// Records migration `version` as applied by a newer release that says binaries knowing
+/// `requires` can run on it.
+async fn newer_release_applied(url: &str, version: i64, requires: i64) {
+    let checksum = match url.starts_with("sqlite:") {
+        true => "X'00'",
+        false => "'\\x00'::bytea",
+    };
+    let record = format!(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES ($1, 'a newer release', TRUE, {checksum}, 0)"
+    );
+    execute(
+        url,
+        &[
+            (&record, vec![version]),
+            (
+                "INSERT INTO schema_compat (version, requires) VALUES ($1, $2)",
+                vec![version, requires],
+            ),
+        ],
+    )
+    .await;
+}
+
+fn switchyard_on(url: &str, arg: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg(arg)
+        .env("SWITCHYARD__DATABASE__URL", url)
+        .env("SWITCHYARD__SERVER__PORT", "0")
+        .env("SWITCHYARD__AUTH__MODE", "open")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_older_binary_runs_on_a_newer_schema_that_allows_it_and_refuses_one_that_does_not() {
+    for (url, _dir) in database_urls().await {
+        let first = switchyard_on(&url, "migrate");
+        let out = String::from_utf8_lossy(&first.stdout);
+        assert!(first.status.success(), "{out}");
+        assert!(out.contains("applied migrations 1 to "), "{out}");
+        let again = switchyard_on(&url, "migrate");
+        let out = String::from_utf8_lossy(&again.stdout);
+        assert!(out.contains("no migration to apply"), "{out}");
+
+        // A newer release added migration 900, which this release can run on.
+        newer_release_applied(&url, 900, 10).await;
+        let migrate = switchyard_on(&url, "migrate");
+        let out = String::from_utf8_lossy(&migrate.stdout);
+        assert!(migrate.status.success(), "{out}");
+        assert!(
+            out.contains("also has migration(s) 900 of a newer release, which this one can run on"),
+            "{out}"
+        );
+        let llm = FakeLlm::start().await.unwrap();
+        let (mut child, address, _) = spawn_binary_logged(&url, &llm.base_url(), None, &[]);
+        llm.push(Turn::text("still here"));
+        let reply = reqwest::Client::new()
+            .post(format!("http://{address}/v1/responses"))
+            .json(&json!({"model": "gpt-4o-mini", "input": "hi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 200);
+        kill(&mut child);
+
+        // Then migration 901, which needs binaries that know it.
+        newer_release_applied(&url, 901, 901).await;
+        for command in ["migrate", "serve"] {
+            let refused = switchyard_on(&url, command);
+            let err = String::from_utf8_lossy(&refused.stderr);
+            assert!(!refused.status.success(), "{command}: {err}");
+            assert!(
+                err.contains("cannot run on: 901 (needs a binary that knows migration 901)")
+                    && err.contains("restore the backup"),
+                "{command}: {err}"
+            );
+        }
+    }
+}

@@ -9,6 +9,7 @@
 //!   that ends it (its closing events commit with its final state, or not at all).
 
 mod batch;
+pub mod migrate;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
@@ -353,6 +354,9 @@ pub type NotificationStream =
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
     fn backend(&self) -> Backend;
+
+    /// What this store's start found and did to the schema.
+    fn schema(&self) -> &migrate::Schema;
 
     /// Succeeds when the database answers and the migrations are applied.
     async fn ping(&self) -> Result<(), StoreError>;

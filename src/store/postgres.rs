@@ -32,6 +32,7 @@ const CANCEL_CHANNEL: &str = "switchyard_cancel";
 
 pub struct PostgresStore {
     pool: PgPool,
+    schema: super::migrate::Schema,
 }
 
 /// The service leaves its tables' upkeep to autovacuum (PostgreSQL's default). Without it,
@@ -68,12 +69,18 @@ impl PostgresStore {
             .acquire_timeout(Duration::from_secs(3))
             .connect(url)
             .await?;
-        Self::MIGRATOR
-            .run(&pool)
-            .await
-            .map_err(|e| StoreError::Rejected(format!("migrations failed: {e}")))?;
+        let schema = {
+            let mut conn = pool.acquire().await?;
+            let read_compat = async |conn: &mut PgConnection| {
+                sqlx::query_as(super::migrate::SCHEMA_COMPAT)
+                    .fetch_all(conn)
+                    .await
+                    .ok()
+            };
+            super::migrate::apply(Self::MIGRATOR, &mut *conn, read_compat).await?
+        };
         warn_without_autovacuum(&pool).await;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore { pool, schema })
     }
 
     /// A connection for writing (any of the pool's).
@@ -381,6 +388,10 @@ impl Commit for PostgresStore {
 impl RunStore for PostgresStore {
     fn backend(&self) -> Backend {
         Backend::Postgres
+    }
+
+    fn schema(&self) -> &super::migrate::Schema {
+        &self.schema
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -46,6 +46,7 @@ pub struct SqliteStore {
     options: SqliteConnectOptions,
     log: LogState,
     holders: Holders,
+    schema: super::migrate::Schema,
 }
 
 /// The lease holder of each running run, as this store last wrote it. One instance serves a
@@ -204,10 +205,13 @@ impl SqliteStore {
             .pragma("wal_autocheckpoint", WRITER_CHECKPOINT_PAGES.to_string())
             .connect()
             .await?;
-        Self::MIGRATOR
-            .run(&mut writer)
-            .await
-            .map_err(|e| StoreError::Rejected(format!("migrations failed: {e}")))?;
+        let read_compat = async |conn: &mut SqliteConnection| {
+            sqlx::query_as(super::migrate::SCHEMA_COMPAT)
+                .fetch_all(conn)
+                .await
+                .ok()
+        };
+        let schema = super::migrate::apply(Self::MIGRATOR, &mut writer, read_compat).await?;
         // Each statement is a round trip to the connection's worker thread; the pool's check
         // before handing a connection out would add one more, and an in-process connection
         // cannot go stale.
@@ -222,6 +226,7 @@ impl SqliteStore {
             options,
             log: LogState::default(),
             holders: Holders::default(),
+            schema,
         })
     }
 
@@ -562,6 +567,10 @@ impl Commit for SqliteStore {
 impl RunStore for SqliteStore {
     fn backend(&self) -> Backend {
         Backend::Sqlite
+    }
+
+    fn schema(&self) -> &super::migrate::Schema {
+        &self.schema
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
