@@ -167,6 +167,15 @@ fn a_value_of_the_wrong_type_in_the_environment_names_its_key_and_variable() {
 }
 
 #[test]
+fn a_number_out_of_range_names_its_key() {
+    let stderr = refused(None, &[("SWITCHYARD__SERVER__PORT", "70000")]);
+    assert_line(
+        &stderr,
+        "error: server.port (from SWITCHYARD__SERVER__PORT): expected u16, found unsigned int `70000`",
+    );
+}
+
+#[test]
 fn a_value_outside_its_choices_is_refused_with_the_closest_choice() {
     assert_refused(
         "[auth]\nmode = \"opne\"\n",

@@ -204,7 +204,7 @@ fn describe(origin: &Origin, error: &figment::Error) -> String {
                 where_set(origin.source(path))
             )
         }
-        Kind::InvalidType(found, expected) => format!(
+        Kind::InvalidType(found, expected) | Kind::InvalidValue(found, expected) => format!(
             "{}{}: expected {}, found {found}",
             key(path),
             where_set(origin.source(path)),
