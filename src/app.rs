@@ -15,13 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{AppState, router};
 use crate::auth::Authenticator;
-use crate::config::{AuthMode, Config};
+use crate::config::{AuthMode, Config, ConfigError, Findings};
 use crate::engine::hub::{EventHub, HubWriter};
 use crate::engine::{Engine, EngineSettings};
 use crate::llm::ModelRouter;
 use crate::store::{self, Backend, sqlite::InstanceLock};
 use crate::tools::ToolHandler;
-use crate::tools::registry::ToolRegistry;
+use crate::tools::registry::{RegistryError, ToolRegistry};
 
 /// After the runs stop, how long open connections get to finish their last bytes.
 const CONNECTION_DRAIN: Duration = Duration::from_secs(5);
@@ -42,9 +42,77 @@ pub struct Application {
     _lock: Option<InstanceLock>,
 }
 
+/// What `serve` makes of a configuration before it touches the database or the network: the
+/// configuration validated, its tool registry (schemas, header variables) and its model
+/// router. `check-config` builds the same, so the two cannot disagree about a configuration.
+pub struct Checked {
+    registry: Arc<ToolRegistry>,
+    models: ModelRouter,
+    /// Problems that do not stop the service; the caller shows them.
+    pub warnings: Vec<String>,
+}
+
+impl Checked {
+    /// Validates `config` and builds what it describes, with `tools` (handlers compiled into
+    /// an embedding program, each with its tool server label) added; every problem found,
+    /// one per line, when it cannot be used.
+    pub fn new(
+        config: &Config,
+        tools: Vec<(String, Arc<dyn ToolHandler>)>,
+    ) -> Result<Checked, ConfigError> {
+        let Findings {
+            mut errors,
+            warnings,
+        } = config.validate();
+        let validated = errors.is_empty();
+        let registry = match ToolRegistry::from_config_with(config, tools) {
+            Ok(registry) => Some(registry),
+            Err(found) => {
+                // A tool the validation refused cannot be built either: said once is enough.
+                let found = found
+                    .into_iter()
+                    .filter(|e| validated || !matches!(e, RegistryError::HttpTool { .. }));
+                errors.extend(found.map(|e| e.to_string()));
+                None
+            }
+        };
+        let models = match ModelRouter::from_config(config) {
+            Ok(models) => Some(models),
+            Err(e) => {
+                errors.push(format!("llm: {e}"));
+                None
+            }
+        };
+        match (registry, models) {
+            (Some(registry), Some(models)) if errors.is_empty() => Ok(Checked {
+                registry: Arc::new(registry),
+                models,
+                warnings,
+            }),
+            _ => Err(ConfigError::Invalid { errors, warnings }),
+        }
+    }
+}
+
+/// Opens the configured database (applying migrations); an error says which database and
+/// why (`Connection refused`), its password hidden.
+pub async fn open_database(
+    config: &Config,
+    max_connections: u32,
+) -> anyhow::Result<Arc<dyn store::RunStore>> {
+    store::connect(&config.database.url, max_connections)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the database at {}",
+                redact_url(&config.database.url)
+            )
+        })
+}
+
 impl Application {
-    /// Opens the database (applying migrations), recovers runs left behind by a previous
-    /// process, and binds the listener.
+    /// Checks the configuration ([`Checked`]), opens the database (applying migrations),
+    /// recovers runs left behind by a previous process, and binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         Application::build_with_tools(config, Vec::new()).await
     }
@@ -55,23 +123,22 @@ impl Application {
         config: Config,
         tools: Vec<(String, Arc<dyn ToolHandler>)>,
     ) -> anyhow::Result<Application> {
-        // Tool problems are configuration errors: found before the database is touched.
-        let registry = Arc::new(ToolRegistry::from_config_with(&config, tools)?);
+        let checked = Checked::new(&config, tools)?;
+        Application::build_checked(config, checked).await
+    }
+
+    /// As [`Application::build`], for a configuration [`Checked`] already.
+    pub async fn build_checked(config: Config, checked: Checked) -> anyhow::Result<Application> {
+        let Checked {
+            registry, models, ..
+        } = checked;
         // One instance serves an SQLite file: a second one stops here, saying why.
         let lock = match config.database.url.starts_with("sqlite:") {
             true => InstanceLock::acquire(&config.database.url)?,
             false => None,
         };
-        let store = store::connect(&config.database.url, config.database.max_connections)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot open the database {}",
-                    redact_url(&config.database.url)
-                )
-            })?;
+        let store = open_database(&config, config.database.max_connections).await?;
         tracing::info!(schema = %store.schema(), "database ready");
-        let models = ModelRouter::from_config(&config)?;
         if crate::metrics::install().is_none() {
             tracing::warn!("another metrics recorder is installed: /metrics answers 503");
         }

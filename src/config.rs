@@ -12,12 +12,19 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::redact;
 
+mod sources;
+mod validate;
+
+use sources::Origin;
+pub use sources::{did_you_mean, key};
+
 /// The defaults, compiled into the binary so it runs from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
     pub auth: AuthConfig,
@@ -37,9 +44,13 @@ pub struct Config {
     /// HTTP tool servers by label.
     #[serde(default)]
     pub tool_servers: BTreeMap<String, ToolServerConfig>,
+    /// Where each value came from, for messages that name it.
+    #[serde(skip)]
+    origin: Origin,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ToolsConfig {
     /// Server tool calls of one model turn running at once.
     pub max_concurrency: usize,
@@ -68,6 +79,7 @@ pub enum ToolErrorPolicy {
 
 /// The built-in `fetch_url` tool.
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct FetchUrlConfig {
     /// Hosts it may fetch from; empty means any public host.
     pub allowed_hosts: Vec<String>,
@@ -80,6 +92,7 @@ pub struct FetchUrlConfig {
 /// A tool server's settings; with `tools`, an HTTP tool server whose tools are each backed
 /// by an HTTP endpoint. `[tool_servers.builtin]` may set only `require_approval`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ToolServerConfig {
     /// Whether calls wait for the client's approval unless a request says otherwise.
     #[serde(default)]
@@ -97,6 +110,7 @@ pub enum ApprovalDefault {
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct HttpToolConfig {
     pub name: String,
     #[serde(default)]
@@ -144,6 +158,7 @@ pub enum ToolKind {
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     pub host: String,
     pub port: u16,
@@ -162,6 +177,7 @@ pub struct ServerConfig {
 
 /// Who may call the service.
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// `keys`: every `/v1` request needs an API key (`switchyard keys create`); `open`: no
     /// keys, every request is the default tenant's (local use).
@@ -178,12 +194,17 @@ pub enum AuthMode {
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {
     pub url: String,
     pub max_connections: u32,
 }
 
+/// `[llm]`: the default provider's keys and the settings every provider shares, side by side
+/// in one table. Read through [`LlmSection`], since serde cannot refuse unknown keys of a
+/// struct with a flattened part.
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(from = "LlmSection")]
 pub struct LlmConfig {
     #[serde(flatten)]
     pub provider: ProviderConfig,
@@ -198,6 +219,49 @@ pub struct LlmConfig {
     pub retry_max_ms: u64,
 }
 
+/// `[llm]` as written: [`ProviderConfig`]'s keys (the same list, kept in step by a test) and
+/// [`LlmConfig`]'s own.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LlmSection {
+    base_url: Option<String>,
+    api_key: Option<Secret>,
+    api_key_env: Option<String>,
+    #[serde(default)]
+    models: Vec<String>,
+    #[serde(default)]
+    http2: bool,
+    #[serde(default)]
+    max_concurrent_requests: Option<usize>,
+    connect_timeout_ms: u64,
+    first_byte_timeout_ms: u64,
+    idle_timeout_ms: u64,
+    retries: u32,
+    retry_initial_ms: u64,
+    retry_max_ms: u64,
+}
+
+impl From<LlmSection> for LlmConfig {
+    fn from(section: LlmSection) -> LlmConfig {
+        LlmConfig {
+            provider: ProviderConfig {
+                base_url: section.base_url,
+                api_key: section.api_key,
+                api_key_env: section.api_key_env,
+                models: section.models,
+                http2: section.http2,
+                max_concurrent_requests: section.max_concurrent_requests,
+            },
+            connect_timeout_ms: section.connect_timeout_ms,
+            first_byte_timeout_ms: section.first_byte_timeout_ms,
+            idle_timeout_ms: section.idle_timeout_ms,
+            retries: section.retries,
+            retry_initial_ms: section.retry_initial_ms,
+            retry_max_ms: section.retry_max_ms,
+        }
+    }
+}
+
 /// Where a model's requests go when its provider fails before it streams.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -207,6 +271,7 @@ pub struct FallbackConfig {
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     pub base_url: Option<String>,
     pub api_key: Option<Secret>,
@@ -226,6 +291,7 @@ pub struct ProviderConfig {
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunsConfig {
     pub event_batch_max: usize,
     /// How long a run waits in `requires_action` for the client before it expires.
@@ -273,14 +339,45 @@ impl Serialize for Secret {
     }
 }
 
+/// A configuration that cannot be used, with every problem found: one per line, each naming
+/// its key (`llm.models`, `tool_servers.weather.tools[0].url`) and, where it was set, the file
+/// or environment variable it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("configuration: {0}")]
-    Load(#[from] Box<figment::Error>),
     #[error("configuration file {0} does not exist")]
     MissingFile(String),
-    #[error("configuration: {0}")]
-    Invalid(String),
+    /// The problems, with the warnings found along with them.
+    #[error("{}", .errors.join("\n"))]
+    Invalid {
+        errors: Vec<String>,
+        warnings: Vec<String>,
+    },
+}
+
+impl ConfigError {
+    /// Each problem on its own.
+    pub fn problems(&self) -> Vec<String> {
+        match self {
+            ConfigError::MissingFile(_) => vec![self.to_string()],
+            ConfigError::Invalid { errors, .. } => errors.clone(),
+        }
+    }
+
+    /// What was found besides, which would not have stopped the service on its own.
+    pub fn warnings(&self) -> &[String] {
+        match self {
+            ConfigError::MissingFile(_) => &[],
+            ConfigError::Invalid { warnings, .. } => warnings,
+        }
+    }
+}
+
+/// What [`Config::validate`] found: errors refuse the configuration, warnings are printed
+/// and the service starts all the same.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
 /// A provider with everything resolved: where to send requests and with which key.
@@ -295,9 +392,11 @@ pub struct ResolvedProvider {
 }
 
 impl Config {
-    /// Loads the defaults, the optional file, then the environment.
+    /// Loads the defaults, the optional file, then the `SWITCHYARD__…` environment variables.
+    /// Only reading happens here (unknown keys and values of the wrong type are errors); what
+    /// the values mean is checked by [`Config::validate`].
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        Config::load_with_env(path, Env::prefixed("SWITCHYARD__").split("__"))
+        Config::load_with_env(path, Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR))
     }
 
     /// Loads the defaults and the given overrides only (tests use this to stay independent
@@ -308,11 +407,12 @@ impl Config {
             if !path.exists() {
                 return Err(ConfigError::MissingFile(path.display().to_string()));
             }
-            figment = figment.merge(Toml::file(path));
+            figment = figment.merge(Toml::file_exact(path));
         }
-        let config: Config = figment.merge(env).extract().map_err(Box::new)?;
-        config.validate()?;
-        Ok(config)
+        sources::extract(&figment.merge(env)).map_err(|errors| ConfigError::Invalid {
+            errors,
+            warnings: Vec::new(),
+        })
     }
 
     /// The defaults alone.
@@ -320,76 +420,11 @@ impl Config {
         Config::load_with_env(None, Env::raw().only(&[]))
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
-        let url = &self.database.url;
-        if !(url.starts_with("sqlite:")
-            || url.starts_with("postgres:")
-            || url.starts_with("postgresql:"))
-        {
-            return Err(ConfigError::Invalid(format!(
-                "database.url must start with sqlite:// or postgres://, got {url:?}"
-            )));
-        }
-        if self.auth.mode == AuthMode::Open && !self.auth.open_on_any_address {
-            let loopback = match self.server.host.parse::<std::net::IpAddr>() {
-                Ok(ip) => ip.is_loopback(),
-                Err(_) => self.server.host == "localhost",
-            };
-            if !loopback {
-                return Err(ConfigError::Invalid(format!(
-                    "auth.mode = \"open\" serves anyone who can connect, without API keys: it listens on loopback only, not on server.host = {:?}. Use API keys (auth.mode = \"keys\"), or set auth.open_on_any_address = true",
-                    self.server.host
-                )));
-            }
-        }
-        if self.server.body_limit_bytes == 0 {
-            return Err(ConfigError::Invalid(
-                "server.body_limit_bytes must be positive".into(),
-            ));
-        }
-        if self.tools.max_concurrency == 0 || self.tools.max_turns == 0 {
-            return Err(ConfigError::Invalid(
-                "tools.max_concurrency and tools.max_turns must be positive".into(),
-            ));
-        }
-        if self.runs.lease_ttl_ms <= self.runs.sweep_interval_ms {
-            return Err(ConfigError::Invalid(
-                "runs.lease_ttl_ms must be longer than runs.sweep_interval_ms (leases are renewed every sweep)".into(),
-            ));
-        }
-        if self.runs.event_batch_max == 0 {
-            return Err(ConfigError::Invalid(
-                "runs.event_batch_max must be positive".into(),
-            ));
-        }
-        let mut owner: BTreeMap<String, String> = BTreeMap::new();
-        for provider in self.providers() {
-            for model in &provider.models {
-                if model == "*" {
-                    continue;
-                }
-                if let Some(first) = owner.insert(model.clone(), provider.name.clone()) {
-                    return Err(ConfigError::Invalid(format!(
-                        "model {model:?} is routed by both providers {first:?} and {:?}",
-                        provider.name
-                    )));
-                }
-            }
-        }
-        for (model, fallback) in &self.fallbacks {
-            let routed = owner.contains_key(&fallback.model)
-                || self
-                    .providers()
-                    .iter()
-                    .any(|p| p.models.iter().any(|m| m == "*"));
-            if !routed {
-                return Err(ConfigError::Invalid(format!(
-                    "fallbacks.{model}.model names {:?}, which no provider routes",
-                    fallback.model
-                )));
-            }
-        }
-        Ok(())
+    /// Every problem of the values themselves (URLs, providers and their keys, tool servers,
+    /// limits), all of them rather than the first. Reads the environment variables the
+    /// configuration names (`api_key_env`, `${VAR}` in header values).
+    pub fn validate(&self) -> Findings {
+        validate::all(self)
     }
 
     /// Every provider with its URL and key resolved; the default provider first.
@@ -424,20 +459,36 @@ impl Config {
     }
 }
 
+/// The prefix of configuration variables, and what separates a section from its key.
+const ENV_PREFIX: &str = "SWITCHYARD__";
+const ENV_SEPARATOR: &str = "__";
+
+/// A set environment variable's value; an empty one counts as unset (docker-compose writes
+/// `${VAR:-}` as an empty value).
+fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedProvider {
-    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
     let base_url = provider
         .base_url
         .clone()
-        .or_else(|| is_default.then(|| env("OPENAI_BASE_URL")).flatten())
+        .or_else(|| is_default.then(|| env_value("OPENAI_BASE_URL")).flatten())
         .unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string());
     let api_key = provider
         .api_key
         .clone()
-        .or_else(|| provider.api_key_env.as_deref().and_then(env).map(Secret))
+        .filter(|key| !key.expose().is_empty())
+        .or_else(|| {
+            provider
+                .api_key_env
+                .as_deref()
+                .and_then(env_value)
+                .map(Secret)
+        })
         .or_else(|| {
             is_default
-                .then(|| env("OPENAI_API_KEY").map(Secret))
+                .then(|| env_value("OPENAI_API_KEY").map(Secret))
                 .flatten()
         });
     ResolvedProvider {
@@ -447,5 +498,99 @@ fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedP
         models: provider.models.clone(),
         http2: provider.http2,
         max_concurrent_requests: provider.max_concurrent_requests,
+    }
+}
+
+/// `value` with every `${NAME}` replaced by the environment variable's value; the error is
+/// the name of the first variable that is not set. Header values of tool servers use it.
+pub fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = &after[..end];
+        out.push_str(&std::env::var(name).map_err(|_| name.to_string())?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(toml: &str) -> Result<Config, Vec<String>> {
+        sources::extract(&Figment::from(Toml::string(DEFAULT_TOML)).merge(Toml::string(toml)))
+    }
+
+    #[test]
+    fn every_key_of_the_defaults_and_of_their_commented_examples_is_known() {
+        assert!(Config::defaults().is_ok());
+        // Commented-out `[table]` and `key = value` lines (not prose), uncommented, under the
+        // tables they are written in.
+        let examples: String = DEFAULT_TOML
+            .lines()
+            .filter_map(|line| match line.strip_prefix("# ") {
+                Some(example) => Some(example),
+                None => line.starts_with('[').then_some(line),
+            })
+            .filter(|line| {
+                line.starts_with('[')
+                    || (line.contains(" = ") && toml::from_str::<toml::Table>(line).is_ok())
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert!(
+            examples.contains("[[tool_servers.weather.tools]]"),
+            "{examples}"
+        );
+        let config = read(&examples).unwrap();
+        assert_eq!(config.providers["local"].models, ["llama3.1"]);
+        assert_eq!(config.fallbacks["gpt-4o"].model, "llama3.1");
+        assert_eq!(
+            config.tool_servers["weather"].tools[0].timeout_ms,
+            Some(5000)
+        );
+        assert_eq!(config.llm.provider.max_concurrent_requests, Some(64));
+    }
+
+    #[test]
+    fn the_llm_table_takes_every_key_a_provider_table_takes() {
+        let provider = ProviderConfig {
+            base_url: Some("http://127.0.0.1:11434/v1".into()),
+            api_key: Some(Secret::new("***")),
+            api_key_env: Some("LOCAL_KEY".into()),
+            models: vec!["llama3.1".into()],
+            http2: true,
+            max_concurrent_requests: Some(4),
+        };
+        let table = toml::to_string(&provider).unwrap();
+        let config = read(&format!("[llm]\n{table}")).unwrap();
+        assert_eq!(
+            toml::to_string(&config.llm.provider).unwrap(),
+            table,
+            "every key of [providers.NAME] is read in [llm]"
+        );
+    }
+
+    #[test]
+    fn header_values_take_variables_from_the_environment() {
+        // PATH is set in every test environment.
+        let path = std::env::var("PATH").unwrap_or_default();
+        assert_eq!(
+            expand_env("a ${PATH} b").as_deref(),
+            Ok(format!("a {path} b").as_str())
+        );
+        assert_eq!(expand_env("plain").as_deref(), Ok("plain"));
+        assert_eq!(
+            expand_env("${SWITCHYARD_SURELY_UNSET_VAR}"),
+            Err("SWITCHYARD_SURELY_UNSET_VAR".into())
+        );
     }
 }

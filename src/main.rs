@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use switchyard::app::{Application, redact_url};
+use switchyard::app::{Application, Checked, open_database, redact_url};
 use switchyard::auth::{self, KeyPolicy};
-use switchyard::config::Config;
+use switchyard::config::{Config, ConfigError};
 use switchyard::telemetry;
 
 #[derive(Parser)]
@@ -29,7 +29,8 @@ enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
-    /// Print the effective configuration (secrets redacted) and exit.
+    /// Check the configuration as `serve` does (without opening the database or listening),
+    /// print it (secrets redacted) and exit; 2 when it cannot be used.
     CheckConfig,
     /// Exit 0 when the configured instance answers /readyz (for container health checks).
     Probe,
@@ -85,18 +86,21 @@ async fn main() -> ExitCode {
     let _ = telemetry::init(telemetry::Sink::Stdout);
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return refuse(&e),
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => serve(config).await,
+        Command::Serve => match check(&config) {
+            Ok(checked) => serve(config, checked).await,
+            Err(e) => return refuse(&e),
+        },
         Command::Migrate => migrate(config).await,
-        Command::CheckConfig => {
-            print!("{}", config.to_redacted_toml());
-            Ok(())
-        }
+        Command::CheckConfig => match check(&config) {
+            Ok(_) => {
+                print!("{}", config.to_redacted_toml());
+                Ok(())
+            }
+            Err(e) => return refuse(&e),
+        },
         Command::Probe => probe(&config).await,
         Command::Keys(command) => keys(config, command).await,
     };
@@ -110,27 +114,48 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+/// What `serve` checks before it starts (`check-config` runs exactly this): the
+/// configuration's values, its tool servers and its providers. Warnings go to stderr.
+fn check(config: &Config) -> Result<Checked, ConfigError> {
+    let checked = Checked::new(config, Vec::new())?;
+    for warning in &checked.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(checked)
+}
+
+/// Says every problem of a configuration on stderr, one a line, and exits with 2.
+fn refuse(error: &ConfigError) -> ExitCode {
+    for warning in error.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    for problem in error.problems() {
+        eprintln!("error: {problem}");
+    }
+    ExitCode::from(2)
+}
+
+async fn serve(config: Config, checked: Checked) -> anyhow::Result<()> {
     tracing::info!(
         database = %redact_url(&config.database.url),
         providers = config.providers().len(),
         "starting"
     );
-    Application::build(config)
+    Application::build_checked(config, checked)
         .await?
         .run_until(shutdown_signal())
         .await
 }
 
 async fn migrate(config: Config) -> anyhow::Result<()> {
-    let store = switchyard::store::connect(&config.database.url, 1).await?;
+    let store = open_database(&config, 1).await?;
     store.ping().await?;
     println!("{}: {}", redact_url(&config.database.url), store.schema());
     Ok(())
 }
 
 async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
-    let store = switchyard::store::connect(&config.database.url, 1).await?;
+    let store = open_database(&config, 1).await?;
     match command {
         KeysCommand::Create {
             tenant,

@@ -571,13 +571,21 @@ fn open_mode_listens_on_loopback_only_unless_the_operator_says_otherwise() {
             format!("[server]\nhost = \"{host}\"\n[auth]\nmode = \"open\"\nopen_on_any_address = {any}\n"),
         )
         .unwrap();
-        Config::load_with_env(Some(&file), figment::providers::Env::raw().only(&[]))
+        let config =
+            Config::load_with_env(Some(&file), figment::providers::Env::raw().only(&[])).unwrap();
+        // Only auth's own errors: the default provider has no key in a test's environment.
+        let errors = config.validate().errors;
+        errors
+            .into_iter()
+            .filter(|e| e.starts_with("auth."))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
-    let refused = load("0.0.0.0", false).unwrap_err().to_string();
+    let refused = load("0.0.0.0", false);
     assert!(refused.contains("auth.open_on_any_address"), "{refused}");
-    assert!(load("0.0.0.0", true).is_ok());
-    assert!(load("127.0.0.1", false).is_ok());
-    assert!(load("::1", false).is_ok());
+    assert_eq!(load("0.0.0.0", true), "");
+    assert_eq!(load("127.0.0.1", false), "");
+    assert_eq!(load("::1", false), "");
 }
 
 /// Two instances on one PostgreSQL database: a key made while they run works on both at once,

@@ -610,6 +610,8 @@ fn switchyard_on(url: &str, arg: &str) -> std::process::Output {
         .env("SWITCHYARD__DATABASE__URL", url)
         .env("SWITCHYARD__SERVER__PORT", "0")
         .env("SWITCHYARD__AUTH__MODE", "open")
+        // An upstream on this machine needs no key (nothing is asked of it here).
+        .env("SWITCHYARD__LLM__BASE_URL", "http://127.0.0.1:9/v1")
         .env("RUST_LOG", "warn")
         .output()
         .unwrap()

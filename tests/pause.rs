@@ -452,6 +452,8 @@ async fn a_late_submission_finds_the_run_expired_even_before_the_sweeper() {
     let app = spawn_app_with(|c| {
         c.runs.requires_action_ttl_ms = 100;
         c.runs.sweep_interval_ms = 60_000;
+        // Leases are renewed every sweep: they must outlast it.
+        c.runs.lease_ttl_ms = 120_000;
     })
     .await;
     app.llm.push(Turn::tool_call(

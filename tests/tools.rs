@@ -609,7 +609,7 @@ async fn a_duplicate_tool_name_fails_start_up_naming_both_servers() {
         .unwrap();
     assert_eq!(
         format!("{error:#}"),
-        r#"tool "calculator" is defined twice: by tool server "builtin" and by tool server "mathserver""#
+        r#"tool_servers.mathserver.tools[0].name: tool "calculator" is defined twice: by tool server "builtin" and by tool server "mathserver""#
     );
 }
 

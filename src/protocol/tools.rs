@@ -36,7 +36,7 @@ pub struct Namespace {
 
 /// Tool types the OpenAI API hosts itself, which clients may send as they are. Any other
 /// unknown type is refused, so that a misspelt type is an error, not a silently dropped tool.
-const HOSTED_TOOL_TYPES: &[&str] = &[
+pub const HOSTED_TOOL_TYPES: &[&str] = &[
     "web_search",
     "web_search_preview",
     "file_search",

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
 use super::batch::{self, Commit};
@@ -33,6 +33,77 @@ const CANCEL_CHANNEL: &str = "switchyard_cancel";
 pub struct PostgresStore {
     pool: PgPool,
     schema: super::migrate::Schema,
+}
+
+/// How long start-up waits for a database that refuses connections or says it is starting
+/// (a docker-compose database without a health check to wait for), trying again at least once
+/// a second; a database still down after that is an error, and the supervisor's restart
+/// policy waits longer, saying why each time.
+const STARTUP_WAIT: Duration = Duration::from_secs(5);
+/// The first wait between two attempts, doubled after each up to a second.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+/// How long one connection attempt may take (a host that drops packets never refuses).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects once, directly, so that a database that cannot be reached is an error that says
+/// why (`Connection refused`, `password authentication failed`): the pool retries refused
+/// connections until its acquire timeout and then says only `pool timed out`.
+async fn first_connection(options: &PgConnectOptions) -> Result<(), StoreError> {
+    let started = std::time::Instant::now();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let error = match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(options))
+            .await
+        {
+            Ok(Ok(connection)) => {
+                let _ = connection.close().await;
+                return Ok(());
+            }
+            Ok(Err(error)) => error,
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        let cause = match &error {
+            sqlx::Error::Io(e) => e.to_string(),
+            sqlx::Error::Database(e) => e.message().to_string(),
+            other => other.to_string(),
+        };
+        let starting = match &error {
+            sqlx::Error::Io(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+            ),
+            sqlx::Error::Database(e) => super::transient_code(e.code().as_deref()),
+            _ => false,
+        };
+        if !starting {
+            return Err(match StoreError::from(error) {
+                StoreError::Unavailable(_) => StoreError::Unavailable(cause),
+                _ => StoreError::Rejected(cause),
+            });
+        }
+        let Some(left) = STARTUP_WAIT.checked_sub(started.elapsed()) else {
+            return Err(StoreError::Unavailable(format!(
+                "{cause}, still after {} s of trying",
+                STARTUP_WAIT.as_secs()
+            )));
+        };
+        if pause == FIRST_PAUSE {
+            tracing::warn!(
+                error = %cause,
+                "cannot connect to the database yet; trying again for {} s",
+                STARTUP_WAIT.as_secs()
+            );
+        }
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
 }
 
 /// The service leaves its tables' upkeep to autovacuum (PostgreSQL's default). Without it,
@@ -58,6 +129,8 @@ impl PostgresStore {
     const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
     pub async fn connect(url: &str, max_connections: u32) -> Result<PostgresStore, StoreError> {
+        let options: PgConnectOptions = url.parse()?;
+        first_connection(&options).await?;
         // No ping before handing a connection out: it is a round trip on every statement's
         // path (a tool-loop iteration makes several), and a connection that went bad fails its
         // statement instead, is dropped, and the caller's retry gets a fresh one.
@@ -67,7 +140,7 @@ impl PostgresStore {
             // A database that cannot be reached is an answer within seconds (a 503 the client
             // may retry), not a request that hangs.
             .acquire_timeout(Duration::from_secs(3))
-            .connect(url)
+            .connect_with(options)
             .await?;
         let schema = {
             let mut conn = pool.acquire().await?;

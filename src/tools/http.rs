@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::{
     ToolContext, ToolErrorKind, ToolHandler, ToolKind, ToolOptions, ToolOutput, ToolResult,
 };
-use crate::config::HttpToolConfig;
+use crate::config::{HttpToolConfig, expand_env};
 
 /// How much of a reply is kept.
 const REPLY_LIMIT: usize = 1024 * 1024;
@@ -62,25 +62,6 @@ impl HttpTool {
             client,
         })
     }
-}
-
-/// Replaces every `${NAME}` with the variable's value; names the first missing variable.
-fn expand_env(value: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let name = &after[..end];
-        out.push_str(&std::env::var(name).map_err(|_| name.to_string())?);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 #[async_trait]
@@ -171,24 +152,4 @@ async fn read_limited(mut response: reqwest::Response) -> Result<String, reqwest
         }
     }
     Ok(String::from_utf8_lossy(&body).into_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_values_take_variables_from_the_environment() {
-        // PATH is set in every test environment.
-        let path = std::env::var("PATH").unwrap_or_default();
-        assert_eq!(
-            expand_env("a ${PATH} b").as_deref(),
-            Ok(format!("a {path} b").as_str())
-        );
-        assert_eq!(expand_env("plain").as_deref(), Ok("plain"));
-        assert_eq!(
-            expand_env("${SWITCHYARD_SURELY_UNSET_VAR}"),
-            Err("SWITCHYARD_SURELY_UNSET_VAR".into())
-        );
-    }
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::http::HttpTool;
 use super::{ToolHandler, ToolKind, ToolOptions, builtin};
-use crate::config::{ApprovalDefault, Config};
+use crate::config::{self, ApprovalDefault, Config};
 
 /// The server label of the compiled-in handlers.
 pub const BUILTIN: &str = "builtin";
@@ -31,8 +31,23 @@ pub enum RegistryError {
         server: String,
         message: String,
     },
-    #[error("tool server {0:?}: {1}")]
-    Config(String, String),
+    /// A problem of the configuration, at its full key (`tools.hosted.web_search`).
+    #[error("{key}: {message}")]
+    Config { key: String, message: String },
+    /// A configured HTTP tool that cannot be built (its URL, method or a header's variable):
+    /// what [`Config::validate`] also finds, in its own words.
+    #[error("{key}: {message}")]
+    HttpTool { key: String, message: String },
+}
+
+impl RegistryError {
+    /// This error as a problem of the configuration at `key`.
+    fn at(self, key: String) -> RegistryError {
+        RegistryError::Config {
+            key,
+            message: self.to_string(),
+        }
+    }
 }
 
 /// A tool as registered: its handler, its compiled schema and its effective options.
@@ -111,49 +126,88 @@ impl ToolRegistry {
     }
 
     /// The compiled-in handlers (server `builtin`) and the configured HTTP tool servers.
-    pub fn from_config(config: &Config) -> Result<ToolRegistry, RegistryError> {
+    pub fn from_config(config: &Config) -> Result<ToolRegistry, Vec<RegistryError>> {
         ToolRegistry::from_config_with(config, Vec::new())
     }
 
     /// As [`ToolRegistry::from_config`], plus handlers compiled into an embedding program,
-    /// each with the server label it belongs to.
+    /// each with the server label it belongs to. Every problem is reported, not only the
+    /// first.
     pub fn from_config_with(
         config: &Config,
         extra: Vec<(String, Arc<dyn ToolHandler>)>,
-    ) -> Result<ToolRegistry, RegistryError> {
+    ) -> Result<ToolRegistry, Vec<RegistryError>> {
+        let mut errors = Vec::new();
         let mut builder = ToolRegistry::builder();
         builder.default_timeout = Duration::from_millis(config.tools.default_timeout_ms);
         builder.server(BUILTIN);
         let disabled = |name: &str| config.tools.disabled.iter().any(|d| d == name);
+        // Every tool's name, disabled ones included, to check tools.disabled against.
+        let mut names: Vec<String> = Vec::new();
         for handler in builtin::handlers(&config.tools) {
+            names.push(handler.name().to_string());
             if !disabled(handler.name()) {
-                builder.register(BUILTIN, handler)?;
+                errors.extend(builder.register(BUILTIN, handler).err());
             }
         }
         for (label, handler) in extra {
-            builder.register(&label, handler)?;
+            names.push(handler.name().to_string());
+            errors.extend(builder.register(&label, handler).err());
         }
         for (label, server) in &config.tool_servers {
             if label == BUILTIN && !server.tools.is_empty() {
-                return Err(RegistryError::Config(
-                    label.clone(),
-                    "the label 'builtin' is reserved for the compiled-in tools; it takes only require_approval".into(),
-                ));
+                errors.push(RegistryError::Config {
+                    key: config::key(&["tool_servers", label, "tools"]),
+                    message: "the label 'builtin' is reserved for the compiled-in tools; it takes only require_approval".into(),
+                });
+                continue;
             }
             builder.requires_approval(label, server.require_approval == ApprovalDefault::Always);
-            for tool in &server.tools {
+            for (i, tool) in server.tools.iter().enumerate() {
+                let index = i.to_string();
+                let key = |leaf: &str| config::key(&["tool_servers", label, "tools", &index, leaf]);
+                names.push(tool.name.clone());
                 if disabled(&tool.name) {
                     continue;
                 }
-                let handler = HttpTool::from_config(tool)
-                    .map_err(|message| RegistryError::Config(label.clone(), message))?;
-                builder.register(label, Arc::new(handler))?;
+                let handler = match HttpTool::from_config(tool) {
+                    Ok(handler) => handler,
+                    Err(message) => {
+                        errors.push(RegistryError::HttpTool {
+                            key: config::key(&["tool_servers", label, "tools", &index]),
+                            message,
+                        });
+                        continue;
+                    }
+                };
+                if let Err(error) = builder.register(label, Arc::new(handler)) {
+                    let leaf = match error {
+                        RegistryError::InvalidSchema { .. } => "parameters",
+                        _ => "name",
+                    };
+                    errors.push(error.at(key(leaf)));
+                }
             }
         }
         for (kind, label) in &config.tools.hosted {
-            builder.hosted(kind, label)?;
+            errors.extend(builder.hosted(kind, label).err());
         }
-        Ok(builder.build())
+        for (i, name) in config.tools.disabled.iter().enumerate() {
+            if !names.contains(name) {
+                let known: Vec<&str> = names.iter().map(String::as_str).collect();
+                errors.push(RegistryError::Config {
+                    key: config::key(&["tools", "disabled", &i.to_string()]),
+                    message: format!(
+                        "no tool is named {name:?}{}",
+                        config::did_you_mean(name, &known)
+                    ),
+                });
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(builder.build()),
+            false => Err(errors),
+        }
     }
 
     /// The tool server the operator maps a hosted tool type to.
@@ -245,21 +299,25 @@ impl ToolRegistryBuilder {
     /// Runs requests' hosted tools of type `kind` on the tool server `label`, which must be
     /// declared by then.
     pub fn hosted(&mut self, kind: &str, label: &str) -> Result<&mut Self, RegistryError> {
+        let key = config::key(&["tools", "hosted", kind]);
         if !crate::protocol::tools::is_hosted_type(kind) {
-            return Err(RegistryError::Config(
-                label.to_string(),
-                format!(
-                    "tools.hosted.{kind}: '{kind}' is not a hosted tool type (such as web_search, file_search, code_interpreter, image_generation)"
+            return Err(RegistryError::Config {
+                key,
+                message: format!(
+                    "{kind:?} is not a hosted tool type (such as web_search, file_search, code_interpreter, image_generation){}",
+                    config::did_you_mean(kind, crate::protocol::tools::HOSTED_TOOL_TYPES)
                 ),
-            ));
+            });
         }
         if !self.servers.contains_key(label) {
-            return Err(RegistryError::Config(
-                label.to_string(),
-                format!(
-                    "tools.hosted.{kind} names the tool server '{label}', which is not configured"
+            let labels: Vec<&str> = self.servers.keys().map(String::as_str).collect();
+            return Err(RegistryError::Config {
+                key,
+                message: format!(
+                    "names the tool server {label:?}, which is not configured{}",
+                    config::did_you_mean(label, &labels)
                 ),
-            ));
+            });
         }
         self.hosted.insert(kind.to_string(), label.to_string());
         Ok(self)
