@@ -82,8 +82,14 @@ enum KeysCommand {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The only subscriber of the process: it cannot be installed already.
-    let _ = telemetry::init(telemetry::Sink::Stdout);
+    // The only subscriber of the process: it cannot be installed already. The service logs to
+    // stdout; the other commands print their answer there (a key, the configuration), so
+    // their logs go to stderr.
+    let sink = match cli.command {
+        None | Some(Command::Serve) => telemetry::Sink::Stdout,
+        Some(_) => telemetry::Sink::Stderr,
+    };
+    let _ = telemetry::init(sink);
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => return refuse(&e),

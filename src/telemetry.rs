@@ -28,6 +28,8 @@ use tracing_subscriber::util::{SubscriberInitExt, TryInitError};
 pub enum Sink {
     /// Standard output, `info` by default (the service).
     Stdout,
+    /// Standard error, `info` by default (commands whose answer is on standard output).
+    Stderr,
     /// The test harness's captured output, silent unless `RUST_LOG` says otherwise.
     Tests,
 }
@@ -36,7 +38,7 @@ pub enum Sink {
 /// in the same process).
 pub fn init(sink: Sink) -> Result<(), TryInitError> {
     let default = match sink {
-        Sink::Stdout => "info,sqlx=warn",
+        Sink::Stdout | Sink::Stderr => "info,sqlx=warn",
         Sink::Tests => "off",
     };
     let directives = std::env::var("RUST_LOG")
@@ -68,6 +70,10 @@ where
         Sink::Stdout => (
             BoxMakeWriter::new(std::io::stdout),
             std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        ),
+        Sink::Stderr => (
+            BoxMakeWriter::new(std::io::stderr),
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
         ),
         Sink::Tests => (
             BoxMakeWriter::new(tracing_subscriber::fmt::TestWriter::default()),

@@ -882,3 +882,30 @@ async fn concurrent_requests_with_one_idempotency_key_create_one_run() {
     assert_eq!(app.wait_until_stopped(&id).await["status"], "completed");
     assert_eq!(app.llm.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn an_idempotency_key_that_is_not_visible_ascii_or_too_long_is_a_bad_request() {
+    let app = spawn_app().await;
+    let body = json!({"model": "gpt-4o-mini", "input": "hi"});
+    let long = "k".repeat(256);
+    let odd = reqwest::header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap();
+    let tab = reqwest::header::HeaderValue::from_static("a\tb");
+    for value in [
+        reqwest::header::HeaderValue::from_str(&long).unwrap(),
+        odd,
+        tab,
+    ] {
+        let response = app
+            .client
+            .post(app.url("/v1/responses"))
+            .header("Idempotency-Key", value)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400);
+        let reply: Value = response.json().await.unwrap();
+        assert_eq!(reply["error"]["param"], "Idempotency-Key", "{reply}");
+    }
+    assert!(app.llm.requests().is_empty(), "nothing ran");
+}

@@ -401,6 +401,16 @@ async fn a_keys_policy_limits_its_models_tool_servers_and_tools() {
         (status, reply["error"]["code"].as_str()),
         (400, Some("model_not_found"))
     );
+    // The models listed are those it may use.
+    let (status, listed) = limited.get("/v1/models").await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["gpt-4o-mini"]);
     let (status, reply) = limited
         .post(
             "/v1/responses",

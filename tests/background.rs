@@ -232,3 +232,33 @@ async fn a_reader_resuming_after_the_last_event_gets_done_at_once() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_retried_background_request_with_its_idempotency_key_answers_at_once_with_the_same_run() {
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("slow").delayed(1500));
+    let send = || {
+        app.client
+            .post(app.url("/v1/responses"))
+            .header("Idempotency-Key", "bg-1")
+            .json(&background("work"))
+            .send()
+    };
+    let first: Value = send().await.unwrap().json().await.unwrap();
+    assert_eq!(first["status"], "queued");
+    let started = std::time::Instant::now();
+    let again: Value = send().await.unwrap().json().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "the retry did not wait for the run: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(again["id"], first["id"]);
+    assert!(
+        ["queued", "in_progress"].contains(&again["status"].as_str().unwrap()),
+        "{again}"
+    );
+    let done = app.wait_until_stopped(first["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(app.llm.requests().len(), 1, "the model was asked once");
+}

@@ -9,15 +9,15 @@ mod websocket;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 use serde_json::json;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 
-use crate::auth::{AuthError, Authenticator};
+use crate::auth::{AuthError, Authenticator, Caller};
 use crate::engine::{Engine, EngineError};
 use crate::error::ApiError;
 use crate::protocol::response::{Model, ModelList};
@@ -134,11 +134,17 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-async fn models(State(state): State<AppState>) -> axum::Json<ModelList> {
+/// The models the service routes that the caller's key may use.
+async fn models(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> axum::Json<ModelList> {
+    let policy = caller.policy();
     let data = state
         .engine
         .models()
         .iter()
+        .filter(|(id, _)| policy.is_none_or(|p| p.allows_model(id)))
         .map(|(id, provider)| Model {
             id: id.clone(),
             object: "model",

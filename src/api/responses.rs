@@ -49,7 +49,8 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
         return Ok(None);
     };
     let key = value.to_str().unwrap_or_default().trim();
-    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_MAX {
+    let visible = key.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_MAX || !visible {
         return Err(ApiError::invalid(
             "Idempotency-Key",
             format!(

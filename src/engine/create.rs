@@ -581,6 +581,21 @@ impl Engine {
                 immediate: None,
             }));
         }
+        // A background run was answered at once the first time: so is the retry, with where
+        // the run is now.
+        match self.get_run(tenant_id, &id).await {
+            Ok(run) if run.body.background => {
+                return Ok(Some(StartedRun {
+                    id,
+                    events: None,
+                    outcome,
+                    immediate: Some(run.body),
+                }));
+            }
+            Ok(_) => {}
+            Err(EngineError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        }
         // Running: answer when it stops, as the first request will.
         let mut events = std::pin::pin!(self.inner.hub.follow(response_id, None));
         while let Some(event) = events.next().await {

@@ -111,7 +111,10 @@ impl LlmError {
     pub fn client_message(&self) -> String {
         match self {
             LlmError::Connect(_) => "The upstream model could not be reached.".into(),
-            LlmError::Timeout { .. } => self.to_string(),
+            LlmError::Timeout { what, after } => format!(
+                "The upstream model did not {what} within {} ms.",
+                after.as_millis()
+            ),
             LlmError::Status { status: 429, .. } => {
                 "The upstream model is rate limited (HTTP 429); try again later.".into()
             }
