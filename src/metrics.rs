@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 const HTTP_REQUESTS: &str = "switchyard_http_requests_total";
@@ -47,6 +47,62 @@ const BATCH: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
 ];
 
+/// How a run's execution can end, as `switchyard_runs_finished_total` names it.
+const ENDINGS: [&str; 9] = [
+    "completed",
+    "paused",
+    "cancelled",
+    "expired",
+    "incomplete",
+    "failed",
+    "abandoned",
+    "lost",
+    "handed_over",
+];
+
+/// Handles of the metrics whose labels are known in advance, registered once: recording
+/// through one is an atomic operation, where `counter!` and the like look the metric up by its
+/// name and labels each time (the event writer records after every commit, several per run).
+struct Fixed {
+    started: [Counter; 2],
+    finished: [(Counter, Histogram); ENDINGS.len()],
+    writer_batch: Histogram,
+    writer_commit: Histogram,
+    runs_executing: Gauge,
+    sse_streams: Gauge,
+    websocket_streams: Gauge,
+}
+
+impl Fixed {
+    fn register() -> Fixed {
+        Fixed {
+            started: [
+                counter!(RUNS_STARTED, "resumed" => "false"),
+                counter!(RUNS_STARTED, "resumed" => "true"),
+            ],
+            finished: ENDINGS.map(|ending| {
+                (
+                    counter!(RUNS_FINISHED, "ending" => ending),
+                    histogram!(RUN_DURATION, "ending" => ending),
+                )
+            }),
+            writer_batch: histogram!(WRITER_BATCH),
+            writer_commit: histogram!(WRITER_COMMIT),
+            runs_executing: gauge!(RUNS_EXECUTING),
+            sse_streams: gauge!(OPEN_STREAMS, "transport" => "sse"),
+            websocket_streams: gauge!(OPEN_STREAMS, "transport" => "websocket"),
+        }
+    }
+}
+
+/// The fixed handles, registered with the exporter once it is installed (until then, with
+/// whatever recorder there is: none records nothing).
+static FIXED: OnceLock<Fixed> = OnceLock::new();
+
+fn fixed() -> &'static Fixed {
+    FIXED.get_or_init(Fixed::register)
+}
+
 /// The process's exporter: installed once (every application of a process, as in tests,
 /// shares it).
 static EXPORTER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -73,6 +129,7 @@ pub fn install() -> Option<PrometheusHandle> {
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
             describe();
+            fixed();
             Some(handle)
         })
         .clone()
@@ -161,13 +218,22 @@ pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
 
 /// A run's execution started here.
 pub fn run_started(resumed: bool) {
-    counter!(RUNS_STARTED, "resumed" => if resumed { "true" } else { "false" }).increment(1);
+    fixed().started[usize::from(resumed)].increment(1);
 }
 
-/// A run's execution ended here (`ending`: one of the names in the description).
+/// A run's execution ended here (`ending`: one of [`ENDINGS`]).
 pub fn run_finished(ending: &'static str, took: Duration) {
-    counter!(RUNS_FINISHED, "ending" => ending).increment(1);
-    histogram!(RUN_DURATION, "ending" => ending).record(took.as_secs_f64());
+    match ENDINGS.iter().position(|e| *e == ending) {
+        Some(i) => {
+            let (count, duration) = &fixed().finished[i];
+            count.increment(1);
+            duration.record(took.as_secs_f64());
+        }
+        None => {
+            counter!(RUNS_FINISHED, "ending" => ending).increment(1);
+            histogram!(RUN_DURATION, "ending" => ending).record(took.as_secs_f64());
+        }
+    }
 }
 
 pub fn first_token(model: &str, after: Duration) {
@@ -199,12 +265,13 @@ pub fn tokens(model: &str, input: u64, output: u64) {
 
 /// A commit of the event writer: `rows` written in `took`.
 pub fn writer_commit(rows: usize, took: Duration) {
-    histogram!(WRITER_BATCH).record(rows as f64);
-    histogram!(WRITER_COMMIT).record(took.as_secs_f64());
+    let fixed = fixed();
+    fixed.writer_batch.record(rows as f64);
+    fixed.writer_commit.record(took.as_secs_f64());
 }
 
 pub fn runs_executing(count: usize) {
-    gauge!(RUNS_EXECUTING).set(count as f64);
+    fixed().runs_executing.set(count as f64);
 }
 
 /// Runs stored in `state` (sampled when metrics are read).
@@ -212,20 +279,33 @@ pub fn stored_runs(state: &'static str, count: u64) {
     gauge!(STORED_RUNS, "state" => state).set(count as f64);
 }
 
+/// How an event stream reaches its client.
+#[derive(Clone, Copy)]
+pub enum Transport {
+    Sse,
+    WebSocket,
+}
+
 /// Counts an open event stream for as long as it lives.
-pub struct OpenStream(&'static str);
+pub struct OpenStream(Transport);
 
 impl OpenStream {
-    /// `transport`: `sse` or `websocket`.
-    pub fn new(transport: &'static str) -> OpenStream {
-        gauge!(OPEN_STREAMS, "transport" => transport).increment(1.0);
+    pub fn new(transport: Transport) -> OpenStream {
+        OpenStream::gauge(transport).increment(1.0);
         OpenStream(transport)
+    }
+
+    fn gauge(transport: Transport) -> &'static Gauge {
+        match transport {
+            Transport::Sse => &fixed().sse_streams,
+            Transport::WebSocket => &fixed().websocket_streams,
+        }
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        gauge!(OPEN_STREAMS, "transport" => self.0).decrement(1.0);
+        OpenStream::gauge(self.0).decrement(1.0);
     }
 }
 

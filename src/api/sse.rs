@@ -78,7 +78,7 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
             last_was_terminal: true,
             ended: None,
             finished: false,
-            _open: crate::metrics::OpenStream::new("sse"),
+            _open: crate::metrics::OpenStream::new(crate::metrics::Transport::Sse),
         },
         move |mut state| async move {
             if state.finished {

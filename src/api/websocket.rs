@@ -44,7 +44,7 @@ pub async fn upgrade(
 }
 
 async fn session(state: AppState, caller: Caller, mut socket: WebSocket) {
-    let _open = crate::metrics::OpenStream::new("websocket");
+    let _open = crate::metrics::OpenStream::new(crate::metrics::Transport::WebSocket);
     let mut memory = SocketMemory::default();
     let deadline = tokio::time::Instant::now() + CONNECTION_LIMIT;
     loop {
