@@ -142,6 +142,7 @@ impl Application {
         if crate::metrics::install().is_none() {
             tracing::warn!("another metrics recorder is installed: /metrics answers 503");
         }
+        crate::metrics::register_models(models.models());
         let instance_id = uuid::Uuid::now_v7().simple().to_string();
         let (hub, writer) = EventHub::start(
             store.clone(),

@@ -236,13 +236,66 @@ pub fn run_finished(ending: &'static str, took: Duration) {
     }
 }
 
+/// The label of a model no configuration lists (one that a `"*"` provider serves): models
+/// clients name freely would make a series each.
+const OTHER_MODEL: &str = "other";
+
+/// Handles of one listed model's metrics, registered when the service starts.
+struct ModelHandles {
+    first_token: Histogram,
+    input_tokens: Counter,
+    output_tokens: Counter,
+    /// Its turns, on the provider that serves it.
+    turn: Histogram,
+}
+
+/// The listed models' handles (every application of the process adds its own).
+static MODELS: std::sync::RwLock<Option<std::collections::HashMap<String, ModelHandles>>> =
+    std::sync::RwLock::new(None);
+
+/// Registers the metrics of each listed `(model, provider)`: recording them is then an atomic
+/// operation, and other models are counted together as `other`.
+pub fn register_models(routes: &[(String, String)]) {
+    let mut models = MODELS.write().unwrap_or_else(|e| e.into_inner());
+    let models = models.get_or_insert_default();
+    for (model, provider) in routes {
+        models.entry(model.clone()).or_insert_with(|| ModelHandles {
+            first_token: histogram!(FIRST_TOKEN, "model" => model.clone()),
+            input_tokens: counter!(TOKENS, "model" => model.clone(), "kind" => "input"),
+            output_tokens: counter!(TOKENS, "model" => model.clone(), "kind" => "output"),
+            turn: histogram!(UPSTREAM_TURN, "provider" => provider.clone(), "model" => model.clone()),
+        });
+    }
+}
+
+/// Records through the model's handles, or `other` does it for a model no one listed.
+fn with_model(model: &str, listed: impl FnOnce(&ModelHandles), other: impl FnOnce()) {
+    let models = MODELS.read().unwrap_or_else(|e| e.into_inner());
+    match models.as_ref().and_then(|m| m.get(model)) {
+        Some(handles) => listed(handles),
+        None => other(),
+    }
+}
+
 pub fn first_token(model: &str, after: Duration) {
-    histogram!(FIRST_TOKEN, "model" => model.to_string()).record(after.as_secs_f64());
+    let after = after.as_secs_f64();
+    with_model(
+        model,
+        |h| h.first_token.record(after),
+        || histogram!(FIRST_TOKEN, "model" => OTHER_MODEL).record(after),
+    );
 }
 
 pub fn upstream_turn(provider: &str, model: &str, took: Duration) {
-    histogram!(UPSTREAM_TURN, "provider" => provider.to_string(), "model" => model.to_string())
-        .record(took.as_secs_f64());
+    let took = took.as_secs_f64();
+    with_model(
+        model,
+        |h| h.turn.record(took),
+        || {
+            histogram!(UPSTREAM_TURN, "provider" => provider.to_string(), "model" => OTHER_MODEL)
+                .record(took)
+        },
+    );
 }
 
 /// `kind`: the error's code (`upstream_timeout`, `upstream_rate_limited`, …).
@@ -259,8 +312,17 @@ pub fn tool_call(server: &str, tool: &str, outcome: &'static str, took: Duration
 }
 
 pub fn tokens(model: &str, input: u64, output: u64) {
-    counter!(TOKENS, "model" => model.to_string(), "kind" => "input").increment(input);
-    counter!(TOKENS, "model" => model.to_string(), "kind" => "output").increment(output);
+    with_model(
+        model,
+        |h| {
+            h.input_tokens.increment(input);
+            h.output_tokens.increment(output);
+        },
+        || {
+            counter!(TOKENS, "model" => OTHER_MODEL, "kind" => "input").increment(input);
+            counter!(TOKENS, "model" => OTHER_MODEL, "kind" => "output").increment(output);
+        },
+    );
 }
 
 /// A commit of the event writer: `rows` written in `took`.
