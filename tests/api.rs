@@ -864,6 +864,48 @@ async fn an_idempotency_key_returns_the_same_run_for_a_retried_request() {
 }
 
 #[tokio::test]
+async fn a_retry_whose_response_is_gone_is_refused_and_never_runs_the_model_again() {
+    // Found by schemathesis (tests/openapi): such a retry was a 500.
+    let app = spawn_app().await;
+    app.llm.push(Turn::text("once"));
+    let body = json!({"model": "gpt-4o-mini", "input": "charge the card", "background": true});
+    let (status, first) = post_with_key(&app, "deleted", &body).await;
+    assert_eq!(status, 200, "{first}");
+    let id = first["id"].as_str().unwrap();
+    app.wait_until_stopped(id).await;
+    assert_eq!(app.delete(&format!("/v1/responses/{id}")).await.0, 200);
+
+    let (status, reply) = post_with_key(&app, "deleted", &body).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["code"], "idempotency_key_reused");
+    assert_eq!(reply["error"]["param"], "Idempotency-Key");
+    assert_eq!(
+        reply["error"]["message"],
+        format!(
+            "The response {id} made with the Idempotency-Key 'deleted' no longer exists; send the request with a new key."
+        )
+    );
+    // Streamed, likewise (not an empty stream).
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, _) = post_with_key(&app, "deleted", &streamed).await;
+    assert_eq!(status, 400);
+
+    // A `store: false` run is deleted as it stops: its retry is refused too.
+    app.llm.push(Turn::text("unstored"));
+    let unstored = json!({"model": "gpt-4o-mini", "input": "hi", "store": false});
+    assert_eq!(post_with_key(&app, "unstored", &unstored).await.0, 200);
+    let (status, reply) = post_with_key(&app, "unstored", &unstored).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["code"], "idempotency_key_reused");
+    assert_eq!(
+        app.llm.requests().len(),
+        2,
+        "the model was asked once per key"
+    );
+}
+
+#[tokio::test]
 async fn concurrent_requests_with_one_idempotency_key_create_one_run() {
     let app = spawn_app().await;
     app.llm.push(Turn::text("once").delayed(100));

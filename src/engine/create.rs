@@ -531,8 +531,8 @@ impl Engine {
     }
 
     /// The run an earlier request with this `Idempotency-Key` created: the same run again
-    /// (streamed from its first event, or once it stops), a 400 when the body differs, or
-    /// `None` when the key is unknown or expired.
+    /// (streamed from its first event, or once it stops), a 400 when the body differs or the
+    /// run is gone, or `None` when the key is unknown or expired.
     async fn idempotent_run(
         &self,
         tenant_id: &str,
@@ -570,9 +570,27 @@ impl Engine {
             ));
         }
         let id = found.response_id;
+        // The run may be gone while its key is kept: deleted by the client, or a
+        // `store: false` run that stopped. It cannot be answered again, and running the
+        // request anew would break the key's promise that the model is asked once.
+        let gone = || {
+            EngineError::Invalid(
+                FieldError::new(
+                    "Idempotency-Key",
+                    format!(
+                        "The response {id} made with the Idempotency-Key '{}' no longer exists; send the request with a new key.",
+                        key.key
+                    ),
+                ),
+                Some("idempotency_key_reused"),
+            )
+        };
         let response_id: Arc<str> = Arc::from(id.as_str());
         let (_, outcome) = oneshot::channel();
         if stream {
+            if self.inner.store.state_of(&id).await?.is_none() {
+                return Err(gone());
+            }
             let events: EventStream = events(self.inner.hub.follow(response_id, None));
             return Ok(Some(StartedRun {
                 id,
@@ -593,7 +611,7 @@ impl Engine {
                 }));
             }
             Ok(_) => {}
-            Err(EngineError::NotFound(_)) => return Ok(None),
+            Err(EngineError::NotFound(_)) => return Err(gone()),
             Err(e) => return Err(e),
         }
         // Running: answer when it stops, as the first request will.
@@ -603,7 +621,7 @@ impl Engine {
         }
         let body = match self.get_run(tenant_id, &id).await {
             Ok(run) => run.body,
-            Err(EngineError::NotFound(_)) => return Ok(None),
+            Err(EngineError::NotFound(_)) => return Err(gone()),
             Err(e) => return Err(e),
         };
         Ok(Some(StartedRun {
