@@ -193,6 +193,27 @@ headers = { Authorization = "Bearer sk-inline-header", "X-Token" = "${SEARCH_TOK
 }
 
 #[test]
+fn a_new_key_is_alone_on_standard_output_whatever_is_logged() {
+    // On PostgreSQL without autovacuum a warning was logged there, before the secret: a
+    // script's `key=$(switchyard keys create …)` got both.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/k.db", dir.path().display());
+    let (code, out, err) = run(switchyard()
+        .args(["keys", "create", "--tenant", "acme", "--name", "ci"])
+        .env("SWITCHYARD__DATABASE__URL", &url)
+        // Every statement is logged at this level.
+        .env("RUST_LOG", "debug"));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].starts_with("sk-sy-"), "{out}");
+    assert!(
+        err.contains("DEBUG"),
+        "the logs went to standard error: {err}"
+    );
+}
+
+#[test]
 fn api_keys_are_made_listed_and_revoked_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/k.db", dir.path().display());
