@@ -8,6 +8,30 @@ use serde_json::json;
 
 use crate::protocol::request::FieldError;
 
+/// The body of every HTTP error (SPEC §10): all four keys always present.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+/// Fields in the order the body always had (alphabetical), so its bytes are unchanged.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// A machine code (`model_not_found`, `invalid_api_key`, …), or `null` for plain
+    /// validation errors.
+    #[schema(required)]
+    pub code: Option<String>,
+    pub message: String,
+    /// The bad field as a path (`input[0].content`), a header name, or `null`.
+    #[schema(required)]
+    pub param: Option<String>,
+    /// `invalid_request_error`, `authentication_error`, `requests` (429) or `server_error`.
+    #[serde(rename = "type")]
+    #[schema(example = "invalid_request_error")]
+    pub kind: &'static str,
+}
+
 /// What a 503 tells a client to wait before trying again, in seconds.
 const UNAVAILABLE_RETRY_AFTER: u64 = 2;
 
@@ -212,8 +236,14 @@ impl IntoResponse for ApiError {
         let status = self.status_code();
         let retry_after = self.retry_after();
         let (kind, message, param, code) = self.envelope();
-        let body =
-            json!({"error": {"message": message, "type": kind, "param": param, "code": code}});
+        let body = ErrorEnvelope {
+            error: ErrorBody {
+                code,
+                message,
+                param,
+                kind,
+            },
+        };
         let mut response = (status, Json(body)).into_response();
         if let Some(seconds) = retry_after {
             response

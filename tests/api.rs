@@ -420,6 +420,89 @@ async fn bad_requests_get_a_400_naming_the_field_and_run_nothing() {
 }
 
 #[tokio::test]
+async fn values_passed_on_or_echoed_of_the_wrong_type_are_a_400_naming_the_field() {
+    // Found by schemathesis (tests/openapi): they were accepted, then echoed by the Response
+    // object against its documented schema (or ignored, or sent upstream as they were).
+    let app = spawn_app().await;
+    let with = |extra: Value| {
+        let mut body = json!({"model": "gpt-4o-mini", "input": "hi"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let json_schema = |key: &str, value: Value| {
+        let mut format = json!({"type": "json_schema", "name": "n", "schema": {}});
+        format[key] = value;
+        json!({"text": {"format": format}})
+    };
+    let cases = [
+        (
+            json_schema("description", json!({})),
+            "text.format.description",
+            "expected a string, but got an object",
+        ),
+        (
+            json_schema("strict", json!("yes")),
+            "text.format.strict",
+            "expected a boolean, but got a string",
+        ),
+        (
+            json!({"reasoning": {"effort": 5}}),
+            "reasoning.effort",
+            "expected a string, but got a number",
+        ),
+        (
+            json!({"reasoning": {"summary": []}}),
+            "reasoning.summary",
+            "expected a string, but got an array",
+        ),
+        (
+            json!({"tools": [{"type": "custom", "name": "c", "format": "lark"}]}),
+            "tools[0].format",
+            "expected an object, but got a string",
+        ),
+        (
+            json!({"tools": [{"type": "mcp", "server_label": "builtin"}],
+                   "tool_choice": {"type": "mcp", "server_label": "builtin", "name": 5}}),
+            "tool_choice.name",
+            "expected a string, but got a number",
+        ),
+        (
+            json!({"tools": [{"type": "function", "name": "f"}],
+                   "tool_choice": {"type": "allowed_tools", "mode": true,
+                                   "tools": [{"type": "function", "name": "f"}]}}),
+            "tool_choice.mode",
+            "expected a string, but got a boolean",
+        ),
+        (
+            json!({"tools": [{"type": "function", "name": "f"}],
+                   "tool_choice": {"type": "allowed_tools",
+                                   "tools": [{"type": "mcp", "server_label": "builtin", "name": {}}]}}),
+            "tool_choice.tools[0].name",
+            "expected a string, but got an object",
+        ),
+    ];
+    for (extra, param, fragment) in cases {
+        expect_error(&app, with(extra), 400, json!(param), fragment).await;
+    }
+    // `null` is as good as leaving them out.
+    app.llm.push(Turn::text("fine"));
+    let (status, reply) = app
+        .post(
+            "/v1/responses",
+            &with(json!({"reasoning": {"effort": null, "summary": null},
+                         "tools": [{"type": "custom", "name": "c", "format": null}]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(
+        app.llm.requests().len() == 1,
+        "no bad request reached the model"
+    );
+}
+
+#[tokio::test]
 async fn malformed_bodies_and_unknown_routes_get_the_error_envelope() {
     let app = spawn_app_with(|c| c.server.body_limit_bytes = 1024).await;
     let post_raw = |body: String, content_type: &'static str| {

@@ -2,6 +2,7 @@
 
 mod access;
 mod extract;
+pub mod openapi;
 mod responses;
 pub mod sse;
 mod websocket;
@@ -14,7 +15,7 @@ use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
-use serde_json::json;
+use serde::Serialize;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::auth::{AuthError, Authenticator, Caller};
@@ -68,11 +69,18 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             authenticate,
         ));
+    // Made once per process (at the first router) and shared by every request.
+    let document = openapi::document();
     Router::new()
         .merge(v1)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        // Not under /v1, as /metrics: no key needed.
+        .route(
+            "/openapi.json",
+            get(move || openapi::serve(document.clone())),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -135,6 +143,17 @@ async fn method_not_allowed() -> ApiError {
 }
 
 /// The models the service routes that the caller's key may use.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "models",
+    operation_id = "listModels",
+    summary = "The models the service routes",
+    description = "Every model the configuration routes that the caller's key may use, in \
+        configuration order; `owned_by` is the provider's name. A provider's `*` (any other \
+        model) is not listed.",
+    responses((status = 200, description = "The models.", body = ModelList)),
+)]
 async fn models(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -158,12 +177,54 @@ async fn models(
     })
 }
 
-async fn healthz() -> axum::Json<serde_json::Value> {
-    axum::Json(json!({"status": "ok"}))
+/// `GET /healthz`: `{"status": "ok"}`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    #[schema(example = "ok")]
+    status: &'static str,
+}
+
+/// `GET /readyz`: `{"database": "sqlite" | "postgres", "status": "ready"}` (keys in the order
+/// they always had).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Readiness {
+    /// The backend: `sqlite` or `postgres`.
+    #[schema(example = "sqlite")]
+    database: &'static str,
+    /// Always `ready`.
+    #[schema(example = "ready")]
+    status: &'static str,
+}
+
+/// Liveness: 200 while the process serves.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    operation_id = "health",
+    summary = "Liveness",
+    responses((status = 200, description = "The process serves.", body = Health)),
+)]
+async fn healthz() -> axum::Json<Health> {
+    axum::Json(Health { status: "ok" })
 }
 
 /// The metrics in Prometheus text format. Unauthenticated, as `/healthz` is: keep it off
 /// public ingress. The stored-run gauges are sampled now.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    operation_id = "metrics",
+    summary = "Metrics (Prometheus text format)",
+    description = "HTTP requests, runs, streams, the event writer, the upstream and tools, in \
+        the Prometheus text exposition format 0.0.4. No key: keep it off public ingress.",
+    responses(
+        (status = 200, description = "The metrics.", content_type = "text/plain", body = String),
+        (status = 503, response = openapi::ServiceUnavailable),
+    ),
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     state.engine.sample_metrics().await;
     match crate::metrics::render() {
@@ -186,15 +247,29 @@ const READY_WAIT: Duration = Duration::from_secs(1);
 
 /// Ready: not stopping, and the database answers (within a second) with the migrations
 /// applied. A load balancer stops routing here as soon as shutdown begins.
-async fn readyz(State(state): State<AppState>) -> Result<axum::Json<serde_json::Value>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    operation_id = "ready",
+    summary = "Readiness",
+    description = "200 when the database answers within a second with the migrations applied; \
+        503 when it does not, and as soon as shutdown begins.",
+    responses(
+        (status = 200, description = "Ready.", body = Readiness),
+        (status = 503, response = openapi::ServiceUnavailable),
+    ),
+)]
+async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readiness>, ApiError> {
     if state.stopping.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(ApiError::Unavailable("shutting down".into()));
     }
     let store = state.engine.store();
     match tokio::time::timeout(READY_WAIT, store.ping()).await {
-        Ok(Ok(())) => Ok(axum::Json(
-            json!({"status": "ready", "database": store.backend().as_str()}),
-        )),
+        Ok(Ok(())) => Ok(axum::Json(Readiness {
+            database: store.backend().as_str(),
+            status: "ready",
+        })),
         Ok(Err(e)) => Err(ApiError::Unavailable(format!("database not ready: {e}"))),
         Err(_) => Err(ApiError::Unavailable(format!(
             "database not ready: no answer within {} ms",

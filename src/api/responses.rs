@@ -19,8 +19,62 @@ use crate::protocol::request::{
 use crate::protocol::response::{Compacted, Deleted, List, ResponseObject};
 use sha2::{Digest, Sha256};
 
+// The statuses every `/v1` operation may answer (401, 429, 500, 503) are added to each by
+// `openapi::V1Layers`; the annotations below name the others.
+
 /// `POST /v1/responses`. With an `Idempotency-Key` header, a retry with the same body gets
 /// the same run.
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    tag = "responses",
+    operation_id = "createResponse",
+    summary = "Create a response (a run)",
+    description = "Runs model turns with tools until the model answers, a client tool is \
+        called (the run pauses with `required_action`), or a limit stops it. Without `stream` \
+        or `background`, the reply is the Response object once the run stops or pauses; with \
+        `stream: true`, Server-Sent Events from `response.created` to the terminal event, then \
+        `data: [DONE]`; with `background: true`, the Response object at once, `queued`.",
+    params(
+        ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 255,
+            description = "A retry with the same key and the same body bytes gets the same \
+                response (24 hours, per tenant); the same key with another body is a 400."),
+    ),
+    request_body(
+        content = CreateResponse,
+        examples(
+            ("text" = (summary = "A text answer", value = json!({"model": "gpt-4o-mini", "input": "Say hello."}))),
+            ("client_tool" = (summary = "A function the client executes: the run may pause", value = json!({
+                "model": "gpt-4o-mini",
+                "input": "What is the weather in Paris?",
+                "tools": [{"type": "function", "name": "get_weather", "description": "Current weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+            }))),
+            ("server_tool" = (summary = "Built-in tools the service executes", value = json!({
+                "model": "gpt-4o-mini",
+                "input": "What is 6 * 7?",
+                "tools": [{"type": "mcp", "server_label": "builtin", "allowed_tools": ["calculator"], "require_approval": "never"}]
+            }))),
+            ("stream" = (summary = "Streamed", value = json!({"model": "gpt-4o-mini", "input": "Say hello.", "stream": true}))),
+            ("background" = (summary = "In the background", value = json!({"model": "gpt-4o-mini", "input": "Say hello.", "background": true, "metadata": {"topic": "greeting"}}))),
+        ),
+    ),
+    responses(
+        (status = 200, description = "The Response object (it stopped or paused; `queued` for \
+            `background`), or its event stream for `stream: true`.",
+            content(
+                (ResponseObject = "application/json"),
+                (super::sse::ServerSentEvent = "text/event-stream"),
+            ),
+        ),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 408, response = super::openapi::RequestTimeout),
+        (status = 413, response = super::openapi::PayloadTooLarge),
+        (status = 415, response = super::openapi::UnsupportedMediaType),
+        (status = 502, response = super::openapi::UpstreamError),
+        (status = 504, response = super::openapi::UpstreamTimeout),
+    ),
+)]
 pub async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -33,6 +87,32 @@ pub async fn create(
 }
 
 /// `POST /v1/responses/compact`
+#[utoipa::path(
+    post,
+    path = "/v1/responses/compact",
+    tag = "responses",
+    operation_id = "compactResponse",
+    summary = "Compact a context window",
+    description = "The model summarises the window (the chain of `previous_response_id`, then \
+        `input`): the answer is the window's user messages followed by one `compaction` item, \
+        to send as the input of a new response. Nothing is stored.",
+    request_body(
+        content = CompactRequest,
+        example = json!({"model": "gpt-4o-mini", "input": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "Sunny, 24C."}
+        ]}),
+    ),
+    responses(
+        (status = 200, description = "The compacted window.", body = Compacted),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 408, response = super::openapi::RequestTimeout),
+        (status = 413, response = super::openapi::PayloadTooLarge),
+        (status = 415, response = super::openapi::UnsupportedMediaType),
+        (status = 502, response = super::openapi::UpstreamError),
+        (status = 504, response = super::openapi::UpstreamTimeout),
+    ),
+)]
 pub async fn compact(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -67,6 +147,37 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
 }
 
 /// `POST /v1/responses/{id}/submit_tool_outputs`
+#[utoipa::path(
+    post,
+    path = "/v1/responses/{id}/submit_tool_outputs",
+    tag = "responses",
+    operation_id = "submitToolOutputs",
+    summary = "Answer a paused response and resume it (extension)",
+    description = "Outputs for every pending call of a paused response (`required_action`), \
+        exactly once each, and answers to its approval requests; the same response goes on. \
+        The reply is as for creating one: the Response object once the run stops or pauses \
+        again, or the stream (numbering continued) with `stream: true`.",
+    params(("id" = String, Path, description = "The response's id (`resp_…`).")),
+    request_body(
+        content = SubmitToolOutputs,
+        example = json!({"tool_outputs": [{"tool_call_id": "call_1", "output": "sunny, 24C"}]}),
+    ),
+    responses(
+        (status = 200, description = "The Response object, or its event stream for `stream: true`.",
+            content(
+                (ResponseObject = "application/json"),
+                (super::sse::ServerSentEvent = "text/event-stream"),
+            ),
+        ),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::NotFound),
+        (status = 408, response = super::openapi::RequestTimeout),
+        (status = 413, response = super::openapi::PayloadTooLarge),
+        (status = 415, response = super::openapi::UnsupportedMediaType),
+        (status = 502, response = super::openapi::UpstreamError),
+        (status = 504, response = super::openapi::UpstreamTimeout),
+    ),
+)]
 pub async fn submit_tool_outputs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -82,6 +193,21 @@ pub async fn submit_tool_outputs(
 }
 
 /// `POST /v1/responses/{id}/cancel`
+#[utoipa::path(
+    post,
+    path = "/v1/responses/{id}/cancel",
+    tag = "responses",
+    operation_id = "cancelResponse",
+    summary = "Cancel a response",
+    description = "A queued or paused response is cancelled at once; a running one is stopped \
+        wherever it runs (the reply waits up to 10 seconds). A response already stopped is \
+        returned unchanged.",
+    params(("id" = String, Path, description = "The response's id (`resp_…`).")),
+    responses(
+        (status = 200, description = "The Response object.", body = ResponseObject),
+        (status = 404, response = super::openapi::NotFound),
+    ),
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -140,6 +266,31 @@ fn upstream_error(response_id: &str, failure: UpstreamFailure) -> ApiError {
 }
 
 /// `GET /v1/responses/{id}`, or its event log with `?stream=true`.
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{id}",
+    tag = "responses",
+    operation_id = "getResponse",
+    summary = "A response, or its event stream",
+    description = "The Response object; with `stream=true`, its stored event log replayed with \
+        the original sequence numbers (after `starting_after`, or the `Last-Event-ID` header), \
+        then followed live until the run stops or pauses, then `data: [DONE]`.",
+    params(
+        ("id" = String, Path, description = "The response's id (`resp_…`)."),
+        RetrieveResponse,
+        ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Like `starting_after`, when the query leaves it out."),
+    ),
+    responses(
+        (status = 200, description = "The Response object, or its event stream for `stream=true`.",
+            content(
+                (ResponseObject = "application/json"),
+                (super::sse::ServerSentEvent = "text/event-stream"),
+            ),
+        ),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::NotFound),
+    ),
+)]
 pub async fn retrieve(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -178,6 +329,20 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 }
 
 /// `DELETE /v1/responses/{id}`
+#[utoipa::path(
+    delete,
+    path = "/v1/responses/{id}",
+    tag = "responses",
+    operation_id = "deleteResponse",
+    summary = "Delete a response",
+    description = "Deletes the response with its items and event log, whatever its state (a \
+        run still executing stops at its next save).",
+    params(("id" = String, Path, description = "The response's id (`resp_…`).")),
+    responses(
+        (status = 200, description = "Deleted.", body = Deleted),
+        (status = 404, response = super::openapi::NotFound),
+    ),
+)]
 pub async fn delete(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -193,6 +358,24 @@ pub async fn delete(
 }
 
 /// `GET /v1/responses/{id}/input_items`
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{id}/input_items",
+    tag = "responses",
+    operation_id = "listInputItems",
+    summary = "A response's input items",
+    description = "The items the response was given (normalised, references resolved) and \
+        those `submit_tool_outputs` added; not the chain's earlier items.",
+    params(
+        ("id" = String, Path, description = "The response's id (`resp_…`)."),
+        ListInputItems,
+    ),
+    responses(
+        (status = 200, description = "A page of items.", body = List<Item>),
+        (status = 400, response = super::openapi::BadRequest),
+        (status = 404, response = super::openapi::NotFound),
+    ),
+)]
 pub async fn input_items(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

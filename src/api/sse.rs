@@ -8,9 +8,15 @@ use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use futures_util::{FutureExt, StreamExt};
 
+use utoipa::openapi::RefOr;
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
+
 use crate::engine::EventStream;
-use crate::protocol::events::EventRecord;
 use crate::protocol::events::is_terminal;
+use crate::protocol::events::{EventRecord, Sequenced};
+use crate::protocol::schema::{constant, one_of};
 
 const PING: &[u8] = b": ping\n\n";
 const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -122,4 +128,65 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
     // Reverse proxies (nginx) must not buffer the stream.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+/// One event of a stream, for the OpenAPI document: the fields a client's SSE parser reads
+/// from a frame of [`push_frame`] (`event`, `id`, `data`), or the closing `data: [DONE]`.
+/// (Before OpenAPI 3.2, the schema of a `text/event-stream` describes each of its events.)
+pub struct ServerSentEvent;
+
+impl ToSchema for ServerSentEvent {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((Sequenced::name().into_owned(), Sequenced::schema()));
+        <Sequenced as ToSchema>::schemas(schemas);
+    }
+}
+
+impl PartialSchema for ServerSentEvent {
+    fn schema() -> RefOr<Schema> {
+        // `contentSchema` is a JSON Schema keyword that utoipa has no field for; an extension
+        // is serialised as one more key of the schema object.
+        let content_schema: Extensions = [(
+            "contentSchema",
+            serde_json::json!({"$ref": format!("#/components/schemas/{}", Sequenced::name())}),
+        )]
+        .into_iter()
+        .collect();
+        let event = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "event",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(r"^(response\..+|error)$"))
+                    .description(Some("The event's `type`.")),
+            )
+            .property(
+                "id",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some("^[0-9]+$"))
+                    .description(Some(
+                        "Its `sequence_number` (send it back as `Last-Event-ID` to resume).",
+                    )),
+            )
+            .property(
+                "data",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .content_media_type("application/json")
+                    .extensions(Some(content_schema)),
+            )
+            .required("event")
+            .required("data")
+            .description(Some(
+                "`event: <type>`, `data: <StreamEvent>`, `id: <sequence_number>`",
+            ));
+        let done = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("data", constant("[DONE]"))
+            .required("data")
+            .description(Some("`data: [DONE]` after the terminal event"));
+        one_of([event.into(), done.into()]).into()
+    }
 }

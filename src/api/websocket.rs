@@ -29,6 +29,23 @@ use crate::protocol::response::ResponseObject;
 const CONNECTION_LIMIT: Duration = Duration::from_secs(60 * 60);
 
 /// `GET /v1/responses`: only as a WebSocket.
+#[utoipa::path(
+    get,
+    path = "/v1/responses",
+    tag = "responses",
+    operation_id = "responsesWebSocket",
+    summary = "The WebSocket transport (Open Responses)",
+    description = "With `Upgrade: websocket`: a WebSocket on which each text message is a \
+        `response.create` request (the fields of `POST /v1/responses` and `\"type\": \
+        \"response.create\"`) and each response's events come back as text messages, the JSON \
+        of the SSE events. One response at a time; an error before a response starts is an \
+        `error` message with its HTTP `status`, and the socket goes on. Without the upgrade, a \
+        405.",
+    responses(
+        (status = 101, description = "Switching to the WebSocket protocol."),
+        (status = 405, response = super::openapi::MethodNotAllowed),
+    ),
+)]
 pub async fn upgrade(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -7,11 +7,14 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::items::{ContentPart, Item};
 use super::response::ResponseObject;
 
-#[derive(Clone, Debug, Serialize)]
+/// An event of a run, tagged by `type` (SPEC §7); sent and stored with its
+/// `sequence_number` (`Sequenced`, the schema `StreamEvent`).
+#[derive(Clone, Debug, Serialize, ToSchema)]
 #[serde(tag = "type")]
 pub enum Event {
     #[serde(rename = "response.created")]
@@ -132,7 +135,7 @@ pub enum Event {
     },
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     #[serde(rename = "type")]
     pub kind: String,
@@ -186,12 +189,6 @@ impl Event {
 
     /// The JSON text of the event with its sequence number.
     pub fn to_json(&self, sequence_number: u64) -> String {
-        #[derive(Serialize)]
-        struct Sequenced<'a> {
-            #[serde(flatten)]
-            event: &'a Event,
-            sequence_number: u64,
-        }
         // Serialising these plain data types cannot fail; fall back to a valid error event.
         serde_json::to_string(&Sequenced {
             event: self,
@@ -204,6 +201,16 @@ impl Event {
             )
         })
     }
+}
+
+/// An event as a stream sends it (the JSON of an SSE `data:` line, of a WebSocket message)
+/// and the store keeps it: its fields and its place in the run's log, numbered from 0.
+#[derive(Serialize, ToSchema)]
+#[schema(as = StreamEvent)]
+pub struct Sequenced<'a> {
+    #[serde(flatten)]
+    pub event: &'a Event,
+    pub sequence_number: u64,
 }
 
 /// One event of a run's log, numbered and serialised once: what the store keeps and what

@@ -6,11 +6,12 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::ids;
 
 /// An input or output item, tagged by `type`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Item {
     Message(Message),
@@ -161,7 +162,7 @@ impl Item {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemStatus {
     InProgress,
@@ -171,7 +172,7 @@ pub enum ItemStatus {
     Failed,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     User,
@@ -181,12 +182,14 @@ pub enum Role {
 }
 
 /// A message. Input content may be a plain string; it is stored as parts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Message {
     #[serde(default)]
     pub id: String,
     pub role: Role,
+    /// Accepted as a string or as parts; always parts when the service gives it back.
     #[serde(deserialize_with = "content_parts")]
+    #[schema(schema_with = content_schema)]
     pub content: Vec<ContentPart>,
     #[serde(default)]
     pub status: Option<ItemStatus>,
@@ -196,7 +199,7 @@ pub struct Message {
     pub phase: Option<Phase>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Commentary,
@@ -231,7 +234,7 @@ impl Message {
 }
 
 /// One part of a message's content.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
     InputText {
@@ -266,7 +269,7 @@ fn auto() -> String {
 }
 
 /// Assistant text; `annotations` and `logprobs` are always present (empty) on the wire.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OutputText {
     pub text: String,
     #[serde(default)]
@@ -302,6 +305,14 @@ fn content_parts<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<ContentPart>, D
     }
 }
 
+/// What [`content_parts`] accepts: a string, or a list of parts.
+pub(crate) fn content_schema() -> utoipa::openapi::schema::Schema {
+    super::schema::one_of([
+        super::schema::string().into(),
+        super::schema::array_of::<ContentPart>().into(),
+    ])
+}
+
 /// A word for a JSON value's type, for error messages.
 pub fn json_kind(value: &Value) -> &'static str {
     match value {
@@ -315,7 +326,7 @@ pub fn json_kind(value: &Value) -> &'static str {
 }
 
 /// A call of a definition-only function tool, made by the model.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FunctionCall {
     #[serde(default)]
     pub id: String,
@@ -330,7 +341,7 @@ pub struct FunctionCall {
 }
 
 /// The client's output for a function call.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FunctionCallOutput {
     #[serde(default)]
     pub id: String,
@@ -341,7 +352,7 @@ pub struct FunctionCallOutput {
 }
 
 /// A tool output: text, or a list of content parts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum ToolOutput {
     Text(String),
@@ -368,7 +379,7 @@ impl ToolOutput {
 
 /// What the model was shown of a tool server: emitted the first time a server is used in a
 /// chain.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct McpListTools {
     #[serde(default)]
     pub id: String,
@@ -383,21 +394,21 @@ pub struct McpListTools {
     pub status: Option<ItemStatus>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct McpToolInfo {
     pub name: String,
     /// Left out when there is none (the Vercel AI SDK's parser rejects `null` here too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub input_schema: Value,
-    /// Left out when there are none (see [`McpListTools::error`]).
+    /// Left out when there are none (as the listing's `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
 }
 
 /// A call of a server tool, executed by the service (every tool source: compiled-in, HTTP
 /// tool servers, MCP servers).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct McpCall {
     #[serde(default)]
     pub id: String,
@@ -440,7 +451,7 @@ impl McpCall {
 }
 
 /// A call of a client-executed custom tool: the model's raw `input` text.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CustomToolCall {
     #[serde(default)]
     pub id: String,
@@ -455,7 +466,7 @@ pub struct CustomToolCall {
 }
 
 /// A client's output for a custom tool call or a local shell call.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CallOutput {
     #[serde(default)]
     pub id: String,
@@ -466,7 +477,7 @@ pub struct CallOutput {
 }
 
 /// A command the model wants the client to run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct LocalShellCall {
     #[serde(default)]
     pub id: String,
@@ -476,7 +487,7 @@ pub struct LocalShellCall {
     pub status: Option<ItemStatus>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ShellAction {
     #[serde(rename = "type", default = "exec")]
     pub kind: String,
@@ -496,7 +507,7 @@ fn exec() -> String {
 }
 
 /// A server call waiting for the client's approval.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct McpApprovalRequest {
     #[serde(default)]
     pub id: String,
@@ -508,7 +519,7 @@ pub struct McpApprovalRequest {
 }
 
 /// The client's answer to an approval request (input only).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct McpApprovalResponse {
     #[serde(default)]
     pub id: String,
@@ -523,7 +534,7 @@ pub struct McpApprovalResponse {
 /// A compacted window of conversation: what the model summarised of it. The standard calls
 /// the field `encrypted_content`; this service keeps the summary there as plain text (it is
 /// the client's own conversation), and shows it to the model as such.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Compaction {
     #[serde(default)]
     pub id: String,
@@ -536,7 +547,7 @@ pub struct Compaction {
 
 /// A reasoning item: its summary parts and, where a provider sent them, its text or
 /// encrypted content, kept as given.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Reasoning {
     #[serde(default)]
     pub id: String,
@@ -551,12 +562,14 @@ pub struct Reasoning {
 }
 
 /// Tools declared in the input, with the role Codex gives them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AdditionalTools {
     #[serde(default)]
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// Entries as in a request's `tools`, kept as given.
+    #[schema(value_type = Vec<super::tools::ToolEntry>)]
     pub tools: Vec<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,

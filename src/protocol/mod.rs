@@ -1,10 +1,12 @@
-//! Wire types: requests, the Response object, items and stream events. Serde only; nothing
-//! here knows about HTTP, SQL or the run loop.
+//! Wire types: requests, the Response object, items and stream events. Serde, and the JSON
+//! Schemas of the OpenAPI document derived from them; nothing here knows about HTTP, SQL or
+//! the run loop.
 
 pub mod events;
 pub mod ids;
 pub mod items;
 pub mod request;
 pub mod response;
+pub mod schema;
 pub mod tools;
 pub mod transcript;

@@ -3,8 +3,13 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{AdditionalProperties, Object, ObjectBuilder, Schema, Type};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::items::{Item, json_kind};
+use super::schema::{any_of, array_of, described, one_of, or_null, reference, string, tagged};
+use super::tools::{ToolChoiceSchema, ToolEntry};
 
 /// A request field that is wrong, with the reason; becomes a 400 naming `param`.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,31 +28,52 @@ impl FieldError {
 }
 
 /// `POST /v1/responses`
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateResponse {
+    /// A model the service routes (`GET /v1/models`) and the key allows; else 400
+    /// `model_not_found`.
+    #[schema(value_type = String, required, min_length = 1, example = "gpt-4o-mini")]
     pub model: Option<String>,
-    /// A string or a list of items; parsed by [`CreateResponse::input_items`].
+    /// A string (one user message) or a list of items. Required unless
+    /// `previous_response_id` is set.
+    // Parsed by `CreateResponse::input_entries`, naming the path of every problem.
+    #[schema(value_type = Option<Input>)]
     pub input: Option<Value>,
     pub instructions: Option<String>,
+    #[schema(schema_with = metadata_schema)]
     pub metadata: Option<Map<String, Value>>,
     pub store: Option<bool>,
     pub stream: Option<bool>,
+    /// Accepted and ignored.
     pub stream_options: Option<Value>,
+    /// Return at once with a `queued` response; requires `store` not `false`.
     pub background: Option<bool>,
+    #[schema(min_length = 1)]
     pub previous_response_id: Option<String>,
+    #[schema(value_type = Option<Vec<ToolEntry>>)]
     pub tools: Option<Vec<Value>>,
+    #[schema(value_type = Option<ToolChoiceSchema>)]
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
     pub max_tool_calls: Option<u64>,
+    #[schema(minimum = 0, maximum = 2)]
     pub temperature: Option<f64>,
+    #[schema(minimum = 0, maximum = 1)]
     pub top_p: Option<f64>,
+    #[schema(minimum = -2, maximum = 2)]
     pub presence_penalty: Option<f64>,
+    #[schema(minimum = -2, maximum = 2)]
     pub frequency_penalty: Option<f64>,
+    #[schema(maximum = 20)]
     pub top_logprobs: Option<u32>,
+    #[schema(minimum = 1)]
     pub max_output_tokens: Option<u64>,
+    #[schema(value_type = Option<TextConfig>)]
     pub text: Option<Value>,
+    #[schema(value_type = Option<ReasoningConfig>)]
     pub reasoning: Option<Value>,
+    #[schema(schema_with = truncation_request_schema)]
     pub truncation: Option<String>,
     pub user: Option<String>,
     pub safety_identifier: Option<String>,
@@ -55,10 +81,164 @@ pub struct CreateResponse {
     pub service_tier: Option<String>,
     /// Accepted for compatibility; this service produces no optional extra output data.
     pub include: Option<Vec<String>>,
+    /// Prompt templates are not supported: only `null` is accepted.
+    #[schema(schema_with = null_only)]
     pub prompt: Option<Value>,
+    /// Conversations are not supported (chain with `previous_response_id`): only `null` is
+    /// accepted.
+    #[schema(schema_with = null_only)]
     pub conversation: Option<Value>,
     /// Accepted for compatibility (Codex sends it); not stored or echoed.
     pub client_metadata: Option<Value>,
+}
+
+/// `input`: a string (one user message) or a list of input items (parsed by [`parse_input`]).
+pub struct Input;
+
+impl ToSchema for Input {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((InputItem::name().into_owned(), InputItem::schema()));
+        <InputItem as ToSchema>::schemas(schemas);
+    }
+}
+
+impl PartialSchema for Input {
+    fn schema() -> RefOr<Schema> {
+        described(
+            "A string (one user message) or a list of input items.",
+            one_of([string().into(), array_of::<InputItem>().into()]),
+        )
+    }
+}
+
+/// One entry of `input`: an item, a bare `{role, content}` message, or a reference to an
+/// item of an earlier response.
+pub struct InputItem;
+
+impl ToSchema for InputItem {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((Item::name().into_owned(), Item::schema()));
+        <Item as ToSchema>::schemas(schemas);
+    }
+}
+
+impl PartialSchema for InputItem {
+    fn schema() -> RefOr<Schema> {
+        let bare_message = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("role", reference::<super::items::Role>())
+            .property("content", super::items::content_schema())
+            .required("role")
+            .required("content")
+            .description(Some("A message without its `type`."));
+        let item_reference = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("type", super::schema::constant("item_reference"))
+            .property("id", string())
+            .required("type")
+            .required("id")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .description(Some(
+                "An item of an earlier response of the caller's, by its id (unknown: 400 naming `input[i].id`).",
+            ));
+        any_of([
+            reference::<Item>().into(),
+            bare_message.into(),
+            item_reference.into(),
+        ])
+        .into()
+    }
+}
+
+/// `text` of a request and of the Response object: the output format, and other keys echoed
+/// as given.
+pub struct TextConfig;
+
+impl ToSchema for TextConfig {}
+
+impl PartialSchema for TextConfig {
+    fn schema() -> RefOr<Schema> {
+        let json_schema = tagged("json_schema")
+            .property("name", string())
+            .property("schema", Object::with_type(Type::Object))
+            .property(
+                "strict",
+                ObjectBuilder::new().schema_type(or_null(Type::Boolean)),
+            )
+            .property("description", super::schema::nullable_string())
+            .required("name")
+            .required("schema");
+        let format = one_of([
+            tagged("text").into(),
+            tagged("json_object").into(),
+            json_schema.into(),
+        ]);
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("format", format)
+            .description(Some(
+                "`format` is sent upstream as `response_format`; the Response object always has it (default `{\"type\": \"text\"}`).",
+            ))
+            .into()
+    }
+}
+
+/// `reasoning` of a request and of the Response object: `effort` is sent upstream, the rest
+/// echoed.
+pub struct ReasoningConfig;
+
+impl ToSchema for ReasoningConfig {}
+
+impl PartialSchema for ReasoningConfig {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("effort", super::schema::nullable_string())
+            .property("summary", super::schema::nullable_string())
+            .description(Some("Default `{\"effort\": null, \"summary\": null}`."))
+            .into()
+    }
+}
+
+/// `truncation` of the Response object.
+pub fn truncation_schema() -> Object {
+    super::schema::one_of_strings(&["auto", "disabled"])
+}
+
+/// `truncation` of a request: as echoed, or `null` (`disabled`).
+fn truncation_request_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(or_null(Type::String))
+        .enum_values(Some([
+            Value::from("auto"),
+            Value::from("disabled"),
+            Value::Null,
+        ]))
+        .build()
+}
+
+/// `metadata`: string values, within the standard's limits (the defaults of `[limits]`).
+fn metadata_schema() -> Object {
+    let defaults = RequestLimits::default();
+    ObjectBuilder::new()
+        .schema_type(or_null(Type::Object))
+        .additional_properties(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(defaults.metadata_max_value_chars)),
+        ))
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(defaults.metadata_max_key_chars)),
+        ))
+        .max_properties(Some(defaults.metadata_max_pairs))
+        .build()
+}
+
+/// A field whose only accepted value is `null`.
+fn null_only() -> Object {
+    Object::with_type(Type::Null)
 }
 
 /// Limits on what one request may ask for (the `[limits]` section of the configuration); each
@@ -181,6 +361,22 @@ impl CreateResponse {
             ));
         }
         self.text_format()?;
+        if let Some(reasoning) = &self.reasoning {
+            optional(
+                reasoning,
+                "effort",
+                "reasoning",
+                Value::is_string,
+                "a string",
+            )?;
+            optional(
+                reasoning,
+                "summary",
+                "reasoning",
+                Value::is_string,
+                "a string",
+            )?;
+        }
         Ok(())
     }
 
@@ -211,6 +407,21 @@ impl CreateResponse {
                         "Missing required parameter: 'text.format.name'.",
                     ));
                 }
+                // Passed on upstream and echoed: of their standard types, or left out.
+                optional(
+                    format,
+                    "strict",
+                    "text.format",
+                    Value::is_boolean,
+                    "a boolean",
+                )?;
+                optional(
+                    format,
+                    "description",
+                    "text.format",
+                    Value::is_string,
+                    "a string",
+                )?;
                 Ok(Some(format.clone()))
             }
             Some(other) => Err(FieldError::new(
@@ -223,6 +434,32 @@ impl CreateResponse {
                 "text.format.type",
                 "Missing required parameter: 'text.format.type'.",
             )),
+        }
+    }
+}
+
+/// `object[key]` is absent, `null`, or passes `is`: a key of a hand-parsed object whose value
+/// is passed on or echoed, so that a value of the wrong type is a 400 naming it rather than
+/// something the upstream chokes on or the Response object echoes.
+pub(crate) fn optional(
+    object: &Value,
+    key: &str,
+    path: &str,
+    is: fn(&Value) -> bool,
+    expected: &str,
+) -> Result<(), FieldError> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(value) if is(value) => Ok(()),
+        Some(value) => {
+            let param = format!("{path}.{key}");
+            Err(FieldError::new(
+                param.clone(),
+                format!(
+                    "Invalid type for '{param}': expected {expected}, but got {} instead.",
+                    json_kind(value)
+                ),
+            ))
         }
     }
 }
@@ -483,24 +720,27 @@ fn join_path(parent: &str, name: &str) -> String {
 }
 
 /// `POST /v1/responses/{id}/submit_tool_outputs` (SPEC §8).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitToolOutputs {
+    /// One per pending call, in any order.
     #[serde(default)]
     pub tool_outputs: Vec<SubmittedOutput>,
+    /// One per pending approval request (extension).
     #[serde(default)]
     pub tool_approvals: Vec<ToolApproval>,
     pub stream: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmittedOutput {
+    /// The pending call's `call_id`.
     pub tool_call_id: String,
     pub output: super::items::ToolOutput,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolApproval {
     pub approval_request_id: String,
@@ -510,27 +750,41 @@ pub struct ToolApproval {
 }
 
 /// Query of `GET /v1/responses/{id}/input_items` (`include[]` is accepted and ignored).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListInputItems {
+    /// Items on a page, 1 to 100 (default 20).
+    // Taken as text and parsed by the handler, so that a bad value's error names it.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     pub limit: Option<String>,
+    /// `asc` or `desc` (default).
+    #[param(value_type = Option<String>, pattern = "^(asc|desc)$")]
     pub order: Option<String>,
+    /// An item id of this response: the page starts after it.
     pub after: Option<String>,
 }
 
 /// Query of `GET /v1/responses/{id}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RetrieveResponse {
+    /// Replay the event log, then follow the run live (`text/event-stream`).
     pub stream: Option<bool>,
+    /// Replay the events after this sequence number (else the `Last-Event-ID` header's).
     pub starting_after: Option<u64>,
 }
 
 /// `POST /v1/responses/compact` (Open Responses): a context window to compact.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompactRequest {
+    /// As in `POST /v1/responses`.
+    #[schema(value_type = String, required, min_length = 1, example = "gpt-4o-mini")]
     pub model: Option<String>,
     /// A string or a list of items, as in `POST /v1/responses`.
+    #[schema(value_type = Option<Input>)]
     pub input: Option<Value>,
+    #[schema(min_length = 1)]
     pub previous_response_id: Option<String>,
     pub instructions: Option<String>,
     /// Accepted for compatibility.

@@ -1,11 +1,20 @@
 //! `tools` entries and `tool_choice` of a request (SPEC §6), parsed with the path of every
 //! problem.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::items::json_kind;
-use super::request::{FieldError, typed};
+use super::request::{FieldError, optional, typed};
+use super::schema::{
+    array, described, nullable_string, one_of, one_of_strings, or_null, string, strings, tagged,
+    tagged_ref,
+};
 
 /// One entry of `tools`.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,32 +73,47 @@ pub fn is_hosted_type(kind: &str) -> bool {
     })
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+/// A tool the client executes, taking free-form text (`"type": "custom"`).
+#[derive(Clone, Debug, PartialEq, Deserialize, ToSchema)]
 pub struct CustomTool {
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
+    /// The grammar of the input, passed on as given.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub format: Option<Value>,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+/// A function the client executes (`"type": "function"`). The Response object echoes it with
+/// `description`, `parameters` and `strict` present (`null` when not given).
+#[derive(Clone, Debug, PartialEq, Deserialize, ToSchema)]
 pub struct FunctionTool {
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
+    /// A JSON Schema of the arguments (checked against the meta-schema).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub parameters: Option<Value>,
     #[serde(default)]
     pub strict: Option<bool>,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+/// A configured tool server whose tools the service executes (`"type": "mcp"`).
+#[derive(Clone, Debug, PartialEq, Deserialize, ToSchema)]
 pub struct McpTool {
+    /// A tool server of the configuration (`builtin` is always there).
+    #[schema(example = "builtin")]
     pub server_label: String,
     #[serde(default)]
     pub allowed_tools: Option<AllowedTools>,
+    /// `always`, `never`, or the tools listed under each; default from the server's
+    /// configuration.
     #[serde(default)]
+    #[schema(schema_with = require_approval_schema)]
     pub require_approval: Option<Value>,
     #[serde(default)]
     pub server_url: Option<String>,
@@ -98,7 +122,7 @@ pub struct McpTool {
 }
 
 /// `allowed_tools`: a list of names, or `{"tool_names": [...]}`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AllowedTools {
     Names(Vec<String>),
@@ -185,6 +209,171 @@ impl AllowedTools {
     }
 }
 
+/// A name of a tool the client declares (function, custom, namespace), as the engine checks
+/// it; the `name` of `FunctionTool` and `CustomTool` repeats it (the derive takes a literal).
+const TOOL_NAME_PATTERN: &str = r"^[A-Za-z0-9_-]{1,64}$";
+
+/// The schema of `require_approval` (parsed by [`ApprovalPolicy::parse`]).
+fn require_approval_schema() -> Schema {
+    let filter = || {
+        ObjectBuilder::new()
+            .schema_type(or_null(Type::Object))
+            .property("tool_names", strings())
+            .required("tool_names")
+    };
+    one_of([
+        one_of_strings(&["always", "never"]).into(),
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("always", filter())
+            .property("never", filter())
+            .into(),
+        ObjectBuilder::new().schema_type(Type::Null).into(),
+    ])
+}
+
+/// The hosted tool types, dated variants included, as [`is_hosted_type`] accepts them.
+fn hosted_type_pattern() -> String {
+    format!("^({})(_[0-9_]+)?$", HOSTED_TOOL_TYPES.join("|"))
+}
+
+/// An entry of `tools` (parsed by [`parse_tools`]), as a request sends it and the Response
+/// object echoes it. Keys a type does not know are accepted and echoed.
+pub struct ToolEntry;
+
+impl ToSchema for ToolEntry {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Tool")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        for (name, schema) in [
+            (FunctionTool::name(), FunctionTool::schema()),
+            (CustomTool::name(), CustomTool::schema()),
+            (McpTool::name(), McpTool::schema()),
+            (AllowedTools::name(), AllowedTools::schema()),
+        ] {
+            schemas.push((name.into_owned(), schema));
+        }
+    }
+}
+
+impl PartialSchema for ToolEntry {
+    fn schema() -> RefOr<Schema> {
+        let namespaced = one_of([
+            tagged_ref::<FunctionTool>("function").into(),
+            tagged_ref::<CustomTool>("custom").into(),
+        ]);
+        let namespace = tagged("namespace")
+            .property(
+                "name",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(TOOL_NAME_PATTERN)),
+            )
+            .property("description", nullable_string())
+            .property("tools", array(namespaced))
+            .required("name")
+            .required("tools")
+            .description(Some(
+                "Function and custom tools under one name: the model sees each of them, and \
+                 their calls carry the namespace.",
+            ));
+        let hosted = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "type",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(hosted_type_pattern())),
+            )
+            .required("type")
+            .description(Some(
+                "A tool type the OpenAI API hosts: run by the tool server the operator maps \
+                 it to, otherwise not shown to the model (still echoed).",
+            ));
+        one_of([
+            tagged_ref::<FunctionTool>("function").into(),
+            tagged_ref::<CustomTool>("custom").into(),
+            tagged_ref::<McpTool>("mcp").into(),
+            tagged("local_shell")
+                .description(Some(
+                    "The client's shell: the model sees a function `local_shell`.",
+                ))
+                .into(),
+            namespace.into(),
+            hosted.into(),
+        ])
+        .into()
+    }
+}
+
+/// `tool_choice` (parsed by [`parse_tool_choice`]), as a request sends it and the Response
+/// object echoes it.
+pub struct ToolChoiceSchema;
+
+impl ToSchema for ToolChoiceSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("ToolChoice")
+    }
+}
+
+impl PartialSchema for ToolChoiceSchema {
+    fn schema() -> RefOr<Schema> {
+        let named = |kind: &str| tagged(kind).property("name", string()).required("name");
+        let server = || {
+            tagged("mcp")
+                .property("server_label", string())
+                .property("name", nullable_string())
+                .required("server_label")
+        };
+        let hosted = || {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property(
+                    "type",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .pattern(Some(hosted_type_pattern())),
+                )
+                .required("type")
+        };
+        let reference = one_of([
+            named("function").into(),
+            named("custom").into(),
+            server().into(),
+            hosted().into(),
+        ]);
+        let allowed = tagged("allowed_tools")
+            .property(
+                "mode",
+                ObjectBuilder::new()
+                    .schema_type(or_null(Type::String))
+                    .enum_values(Some([
+                        Value::from("auto"),
+                        Value::from("required"),
+                        Value::Null,
+                    ])),
+            )
+            .property("tools", array(reference))
+            .required("tools")
+            .description(Some(
+                "Only these tools may be called (enforced by the service); `required` forces a call.",
+            ));
+        described(
+            "`none`, `auto` (the default), `required`, one tool, or the tools allowed.",
+            one_of([
+                one_of_strings(&["none", "auto", "required"]).into(),
+                named("function").into(),
+                named("custom").into(),
+                server().into(),
+                allowed.into(),
+                hosted().into(),
+            ]),
+        )
+    }
+}
+
 /// Parses `tools`.
 pub fn parse_tools(values: &[Value]) -> Result<Vec<ToolDecl>, FieldError> {
     parse_tools_at(values, "tools")
@@ -204,7 +393,11 @@ pub fn parse_tools_at(values: &[Value], path: &str) -> Result<Vec<ToolDecl>, Fie
 fn parse_tool(value: &Value, path: &str, top_level: bool) -> Result<ToolDecl, FieldError> {
     match value.get("type").and_then(Value::as_str) {
         Some("function") => typed(value.clone(), path).map(ToolDecl::Function),
-        Some("custom") => typed(value.clone(), path).map(ToolDecl::Custom),
+        Some("custom") => {
+            // The grammar is passed on as given and echoed: an object, or nothing.
+            optional(value, "format", path, Value::is_object, "an object")?;
+            typed(value.clone(), path).map(ToolDecl::Custom)
+        }
         Some("mcp") if top_level => typed(value.clone(), path).map(ToolDecl::Mcp),
         Some("local_shell") if top_level => Ok(ToolDecl::LocalShell),
         Some("namespace") if top_level => parse_namespace(value, path),
@@ -390,6 +583,7 @@ pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
                     )
                 }),
                 Some("mcp") => {
+                    optional(value, "name", param, Value::is_string, "a string")?;
                     let label = object
                         .get("server_label")
                         .and_then(Value::as_str)
@@ -402,6 +596,7 @@ pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
                     Ok(name().map_or_else(|| ToolChoice::Server(label.into()), ToolChoice::Named))
                 }
                 Some("allowed_tools") => {
+                    optional(value, "mode", param, Value::is_string, "a string")?;
                     let required = match object.get("mode").and_then(Value::as_str) {
                         None | Some("auto") => false,
                         Some("required") => true,
