@@ -59,3 +59,17 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
         }
     }
 }
+
+#[tokio::test]
+async fn instances_starting_at_once_on_a_new_postgresql_database_all_migrate_it() {
+    // They raced to create the migrations table: some failed to start with a duplicate row
+    // of `pg_type` (and so did store contract tests on a fresh database). A SQLite file has
+    // one instance.
+    let Some(url) = fresh_postgres_url().await else {
+        return;
+    };
+    let starts = (0..8).map(|_| store::connect(&url, 1));
+    for started in futures_util::future::join_all(starts).await {
+        started.unwrap().ping().await.unwrap();
+    }
+}

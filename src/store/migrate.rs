@@ -40,6 +40,28 @@ pub(super) async fn apply<C>(
 where
     C: Migrate,
 {
+    // One start at a time, from the first look at the migrations table: creating it is not
+    // safe against itself (`CREATE TABLE IF NOT EXISTS`), and two instances starting at once
+    // on a new PostgreSQL database failed on a duplicate row of `pg_type`. The migrator then
+    // runs under this lock rather than taking its own. (On SQLite the lock is nothing: a
+    // database file has one instance.)
+    conn.lock().await.map_err(failed)?;
+    migrator.set_locking(false);
+    let applied = apply_locked(migrator, conn, read_compat).await;
+    let unlocked = conn.unlock().await.map_err(failed);
+    let schema = applied?;
+    unlocked?;
+    Ok(schema)
+}
+
+async fn apply_locked<C>(
+    mut migrator: Migrator,
+    conn: &mut C,
+    read_compat: impl AsyncFnOnce(&mut C) -> Option<Vec<(i64, i64)>>,
+) -> Result<Schema, StoreError>
+where
+    C: Migrate,
+{
     conn.ensure_migrations_table().await.map_err(failed)?;
     let before: BTreeSet<i64> = conn
         .list_applied_migrations()
