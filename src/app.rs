@@ -21,6 +21,7 @@ use crate::engine::{Engine, EngineSettings};
 use crate::llm::ModelRouter;
 use crate::store::{self, Backend, sqlite::InstanceLock};
 use crate::tools::ToolHandler;
+use crate::tools::mcp::McpServers;
 use crate::tools::registry::{RegistryError, ToolRegistry};
 
 /// After the runs stop, how long open connections get to finish their last bytes.
@@ -35,6 +36,8 @@ pub struct Application {
     drain_delay: Duration,
     addr: SocketAddr,
     engine: Engine,
+    /// The MCP servers' connections (and the commands started for them).
+    mcp: McpServers,
     writer: HubWriter,
     router: axum::Router,
     grace: Duration,
@@ -163,6 +166,9 @@ impl Application {
             ),
             limits: config.limits.clone(),
         };
+        // Connecting to MCP servers and listing their tools happens in the background: a
+        // slow or absent server does not hold up the start.
+        let mcp = McpServers::start(&config, registry.clone());
         let engine = Engine::new(store.clone(), hub, models, registry, settings);
         // One process serves an SQLite file (it holds the lock), so whatever it finds
         // running was left by a previous process.
@@ -209,6 +215,7 @@ impl Application {
             stopping,
             addr,
             engine,
+            mcp,
             writer,
             router: router(state),
             grace: Duration::from_secs(config.server.shutdown_grace_seconds),
@@ -226,7 +233,8 @@ impl Application {
     ///    polling readiness stops routing here), then stop accepting connections;
     /// 2. let running runs finish within the grace period, then hand the rest over;
     /// 3. give open connections a moment to send their last events;
-    /// 4. drain the event writer so every emitted event is stored.
+    /// 4. disconnect from the MCP servers, stopping the commands started for them;
+    /// 5. drain the event writer so every emitted event is stored.
     pub async fn run_until(
         self,
         signal: impl Future<Output = ()> + Send + 'static,
@@ -266,6 +274,7 @@ impl Application {
             tracing::warn!("closing connections still open after the runs stopped");
             server.abort();
         }
+        self.mcp.shutdown().await;
         let hub: EventHub = self.engine.hub().clone();
         drop(self.engine);
         self.writer.finish(hub).await;

@@ -44,6 +44,9 @@ pub struct Config {
     /// HTTP tool servers by label.
     #[serde(default)]
     pub tool_servers: BTreeMap<String, ToolServerConfig>,
+    /// MCP servers by label: their tools join the registry as they are discovered.
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
     /// Where each value came from, for messages that name it.
     #[serde(skip)]
     origin: Origin,
@@ -99,6 +102,46 @@ pub struct ToolServerConfig {
     pub require_approval: ApprovalDefault,
     #[serde(default)]
     pub tools: Vec<HttpToolConfig>,
+}
+
+/// An MCP server whose tools the service offers under its label: reached at `url` (the
+/// streamable HTTP transport), or started by the service as `command` with `args` and `env`
+/// (stdio), restarted when it exits and stopped at shutdown.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    pub url: Option<String>,
+    /// Sent with every request to `url`; values may name environment variables as `${NAME}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Added to the service's own environment for `command`; values may name environment
+    /// variables as `${NAME}`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Only these of the server's tools are offered (all when absent).
+    pub allowed_tools: Option<Vec<String>>,
+    /// Whether calls wait for the client's approval unless a request says otherwise.
+    #[serde(default)]
+    pub require_approval: ApprovalDefault,
+    /// A call's timeout (`tools.default_timeout_ms` when absent).
+    pub timeout_ms: Option<u64>,
+    /// How long connecting (starting the command, the protocol's handshake) and listing the
+    /// tools may take before the attempt counts as failed and is retried later.
+    #[serde(default = "mcp_startup_timeout_ms")]
+    pub startup_timeout_ms: u64,
+    /// Tools that change nothing: after a crash their calls may run again (see `ToolOptions`).
+    #[serde(default)]
+    pub read_only_tools: Vec<String>,
+    /// Tools the model sees but the client executes (the run pauses for their output).
+    #[serde(default)]
+    pub definition_only_tools: Vec<String>,
+}
+
+fn mcp_startup_timeout_ms() -> u64 {
+    10_000
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -453,6 +496,12 @@ impl Config {
                 for value in tool.headers.values_mut() {
                     *value = redact::header_value(value);
                 }
+            }
+        }
+        for server in shown.mcp_servers.values_mut() {
+            server.url = server.url.as_deref().map(redact::url);
+            for value in server.headers.values_mut().chain(server.env.values_mut()) {
+                *value = redact::header_value(value);
             }
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}"))

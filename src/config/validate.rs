@@ -26,6 +26,7 @@ pub(super) fn all(config: &Config) -> Findings {
     check.fallbacks();
     check.tools();
     check.tool_servers();
+    check.mcp_servers();
     check.runs();
     check.environment();
     check.findings
@@ -381,16 +382,80 @@ impl Check<'_> {
                         ),
                     );
                 }
-                for (name, value) in &tool.headers {
-                    if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                        self.error(&path(&["headers", name]), "is not a valid header name");
+                self.header_values(&path(&["headers"]), &tool.headers, true);
+            }
+        }
+    }
+
+    /// Header names and `${VAR}` references of header (or environment) values at `prefix`.
+    fn header_values(
+        &mut self,
+        prefix: &[String],
+        values: &BTreeMap<String, String>,
+        are_headers: bool,
+    ) {
+        for (name, value) in values {
+            let mut path = prefix.to_vec();
+            path.push(name.clone());
+            if are_headers && reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                self.error(&path, "is not a valid header name");
+            }
+            if let Err(variable) = super::expand_env(value) {
+                self.error(
+                    &path,
+                    format!("names the environment variable {variable}, which is not set"),
+                );
+            }
+        }
+    }
+
+    fn mcp_servers(&mut self) {
+        for (label, server) in &self.config.mcp_servers {
+            let path = |leaf: &str| at(&["mcp_servers", label.as_str(), leaf]);
+            match (&server.url, &server.command) {
+                (None, None) => self.error(
+                    &at(&["mcp_servers", label.as_str()]),
+                    "needs url (a streamable HTTP server) or command (a server the service starts, speaking stdio)",
+                ),
+                (Some(_), Some(_)) => self.error(
+                    &path("command"),
+                    "is set, and so is url: a server is reached at url or started as command, not both",
+                ),
+                (Some(url), None) => {
+                    self.http_url(&path("url"), None, url);
+                    for (leaf, set) in [("args", !server.args.is_empty()), ("env", !server.env.is_empty())] {
+                        if set {
+                            self.error(&path(leaf), "is only for a server started as command; this one is reached at url");
+                        }
                     }
-                    if let Err(variable) = super::expand_env(value) {
-                        self.error(
-                            &path(&["headers", name]),
-                            format!("names the environment variable {variable}, which is not set"),
-                        );
+                }
+                (None, Some(command)) => {
+                    if command.trim().is_empty() {
+                        self.error(&path("command"), "is empty");
                     }
+                    if !server.headers.is_empty() {
+                        self.error(&path("headers"), "are only for a server reached at url; this one is started as command");
+                    }
+                }
+            }
+            self.header_values(&path("headers"), &server.headers, true);
+            self.header_values(&path("env"), &server.env, false);
+            if server.timeout_ms == Some(0) {
+                self.error(
+                    &path("timeout_ms"),
+                    "must be positive (leave it out for tools.default_timeout_ms)",
+                );
+            }
+            self.positive(
+                &["mcp_servers", label.as_str(), "startup_timeout_ms"],
+                server.startup_timeout_ms,
+            );
+            for (i, name) in server.read_only_tools.iter().enumerate() {
+                if server.definition_only_tools.contains(name) {
+                    self.error(
+                        &at(&["mcp_servers", label.as_str(), "read_only_tools", &i.to_string()]),
+                        format!("{name:?} is also in definition_only_tools: the service never runs a definition-only tool"),
+                    );
                 }
             }
         }

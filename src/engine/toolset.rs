@@ -556,8 +556,7 @@ impl Resolving {
 
 /// The configured tool servers, for error messages.
 fn known_servers(registry: &ToolRegistry) -> String {
-    let known: Vec<&str> = registry.servers().map(|s| s.label.as_str()).collect();
-    known.join(", ")
+    registry.labels().join(", ")
 }
 
 /// Logs, once per tool type and process, that requests carry a hosted tool nobody runs here.

@@ -1,11 +1,13 @@
 //! Server tools: the [`ToolHandler`] contract, the [`registry::ToolRegistry`] built at start-up
-//! from compiled-in handlers and configured tool servers, and the handlers themselves.
+//! from compiled-in handlers and configured tool servers (MCP servers' tools join it as they
+//! are discovered, [`mcp`]), and the handlers themselves.
 //!
 //! A tool never crashes a run: invalid arguments, errors, timeouts and panics all become a
 //! [`ToolResult`] with an error, which the model sees and can react to.
 
 pub mod builtin;
 pub mod http;
+pub mod mcp;
 pub mod registry;
 
 use std::sync::Arc;

@@ -1,9 +1,12 @@
-//! The tool registry: every server tool, grouped by tool server, built once at start-up and
-//! read-only afterwards. A tool name is unique across all servers — a second registration
-//! is an error naming both sources, never a silent replacement.
+//! The tool registry: every server tool, grouped by tool server. Compiled-in and HTTP tool
+//! servers are built once at start-up and read-only afterwards; an MCP server's tools are
+//! discovered while the service runs, and each such server has a snapshot of its tools that
+//! is swapped whole when its list changes (a run takes the snapshot once, as it resolves its
+//! tools). A tool name is unique across all servers — a second registration is an error
+//! naming both sources, never a silent replacement.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -61,6 +64,32 @@ pub struct RegisteredTool {
 }
 
 impl RegisteredTool {
+    /// Checks the handler's schema against the meta-schema and takes its options, with
+    /// `default_timeout` where it sets none.
+    fn new(
+        server_label: &str,
+        handler: Arc<dyn ToolHandler>,
+        default_timeout: Duration,
+    ) -> Result<RegisteredTool, RegistryError> {
+        let schema = handler.parameters();
+        let validator =
+            compile_schema(&schema).map_err(|message| RegistryError::InvalidSchema {
+                name: handler.name().to_string(),
+                server: server_label.to_string(),
+                message,
+            })?;
+        let mut options = handler.options();
+        options.timeout.get_or_insert(default_timeout);
+        Ok(RegisteredTool {
+            server_label: server_label.to_string(),
+            kind: handler.kind(),
+            handler,
+            schema,
+            validator,
+            options,
+        })
+    }
+
     pub fn name(&self) -> &str {
         self.handler.name()
     }
@@ -109,10 +138,16 @@ pub struct ToolServer {
 }
 
 pub struct ToolRegistry {
-    servers: BTreeMap<String, ToolServer>,
+    servers: BTreeMap<String, Arc<ToolServer>>,
     by_name: HashMap<String, Arc<RegisteredTool>>,
     /// Hosted tool types (`web_search`, …) and the tool server that runs each.
     hosted: BTreeMap<String, String>,
+    /// Each MCP server's tools as last discovered (none while it is down).
+    discovered: BTreeMap<String, RwLock<Arc<ToolServer>>>,
+    /// Held while a discovered list is checked and published, so that two servers cannot
+    /// both take a name.
+    publishing: Mutex<()>,
+    default_timeout: Duration,
 }
 
 impl ToolRegistry {
@@ -122,6 +157,7 @@ impl ToolRegistry {
             by_name: HashMap::new(),
             default_timeout: Duration::from_secs(30),
             hosted: BTreeMap::new(),
+            discovered: BTreeMap::new(),
         }
     }
 
@@ -189,6 +225,10 @@ impl ToolRegistry {
                 }
             }
         }
+        for (label, server) in &config.mcp_servers {
+            let requires_approval = server.require_approval == ApprovalDefault::Always;
+            errors.extend(builder.mcp_server(label, requires_approval).err());
+        }
         for (kind, label) in &config.tools.hosted {
             errors.extend(builder.hosted(kind, label).err());
         }
@@ -215,16 +255,86 @@ impl ToolRegistry {
         self.hosted.get(kind).map(String::as_str)
     }
 
-    pub fn server(&self, label: &str) -> Option<&ToolServer> {
-        self.servers.get(label)
+    /// A tool server with its tools as they are now (an MCP server's current snapshot).
+    pub fn server(&self, label: &str) -> Option<Arc<ToolServer>> {
+        if let Some(server) = self.servers.get(label) {
+            return Some(server.clone());
+        }
+        let slot = self.discovered.get(label)?;
+        Some(slot.read().unwrap_or_else(PoisonError::into_inner).clone())
     }
 
-    pub fn servers(&self) -> impl Iterator<Item = &ToolServer> {
-        self.servers.values()
+    /// Every tool server's label, in order.
+    pub fn labels(&self) -> Vec<&str> {
+        let mut labels: Vec<&str> = self
+            .servers
+            .keys()
+            .chain(self.discovered.keys())
+            .map(String::as_str)
+            .collect();
+        labels.sort_unstable();
+        labels
     }
 
+    /// A compiled-in or HTTP tool by name (discovered tools are found through their server).
     pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
         self.by_name.get(name)
+    }
+
+    /// Replaces the tools of the MCP server `label` with `handlers`, in their order. A tool
+    /// whose schema is invalid, or whose name another server has (or this one lists twice),
+    /// is left out; the problems are returned for the caller to report.
+    pub fn publish(&self, label: &str, handlers: Vec<Arc<dyn ToolHandler>>) -> Vec<RegistryError> {
+        let Some(slot) = self.discovered.get(label) else {
+            return Vec::new();
+        };
+        let _publishing = self
+            .publishing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut problems = Vec::new();
+        let mut tools = Vec::new();
+        let mut names = HashSet::new();
+        for handler in handlers {
+            let name = handler.name().to_string();
+            let taken = self
+                .by_name
+                .get(&name)
+                .map(|t| t.server_label.clone())
+                .or_else(|| {
+                    self.discovered
+                        .iter()
+                        .filter(|(other, _)| other.as_str() != label)
+                        .find(|(_, other)| {
+                            let other = other.read().unwrap_or_else(PoisonError::into_inner);
+                            other.tools.iter().any(|t| t.name() == name)
+                        })
+                        .map(|(other, _)| other.clone())
+                });
+            let taken = taken.or_else(|| names.contains(&name).then(|| label.to_string()));
+            if let Some(first) = taken {
+                problems.push(RegistryError::Duplicate {
+                    name,
+                    first,
+                    second: label.to_string(),
+                });
+                continue;
+            }
+            match RegisteredTool::new(label, handler, self.default_timeout) {
+                Ok(tool) => {
+                    names.insert(name);
+                    tools.push(Arc::new(tool));
+                }
+                Err(problem) => problems.push(problem),
+            }
+        }
+        let mut slot = slot.write().unwrap_or_else(PoisonError::into_inner);
+        *slot = Arc::new(ToolServer {
+            label: label.to_string(),
+            tools,
+            requires_approval: slot.requires_approval,
+        });
+        problems
     }
 }
 
@@ -233,6 +343,7 @@ pub struct ToolRegistryBuilder {
     by_name: HashMap<String, Arc<RegisteredTool>>,
     default_timeout: Duration,
     hosted: BTreeMap<String, String>,
+    discovered: BTreeMap<String, ToolServer>,
 }
 
 impl ToolRegistryBuilder {
@@ -257,6 +368,32 @@ impl ToolRegistryBuilder {
         self
     }
 
+    /// Declares an MCP server, whose tools are published once discovered
+    /// ([`ToolRegistry::publish`]); its label must not be another server's.
+    pub fn mcp_server(
+        &mut self,
+        label: &str,
+        requires_approval: bool,
+    ) -> Result<&mut Self, RegistryError> {
+        if self.servers.contains_key(label) || self.discovered.contains_key(label) {
+            return Err(RegistryError::Config {
+                key: config::key(&["mcp_servers", label]),
+                message: format!(
+                    "the label {label:?} is taken by another tool server (builtin, or one in [tool_servers])"
+                ),
+            });
+        }
+        self.discovered.insert(
+            label.to_string(),
+            ToolServer {
+                label: label.to_string(),
+                tools: Vec::new(),
+                requires_approval,
+            },
+        );
+        Ok(self)
+    }
+
     /// Adds a handler to a server; a name already taken by any server is an error.
     pub fn register(
         &mut self,
@@ -271,23 +408,11 @@ impl ToolRegistryBuilder {
                 second: server_label.to_string(),
             });
         }
-        let schema = handler.parameters();
-        let validator =
-            compile_schema(&schema).map_err(|message| RegistryError::InvalidSchema {
-                name: name.clone(),
-                server: server_label.to_string(),
-                message,
-            })?;
-        let mut options = handler.options();
-        options.timeout.get_or_insert(self.default_timeout);
-        let tool = Arc::new(RegisteredTool {
-            server_label: server_label.to_string(),
-            kind: handler.kind(),
+        let tool = Arc::new(RegisteredTool::new(
+            server_label,
             handler,
-            schema,
-            validator,
-            options,
-        });
+            self.default_timeout,
+        )?);
         self.server(server_label);
         if let Some(server) = self.servers.get_mut(server_label) {
             server.tools.push(tool.clone());
@@ -309,8 +434,13 @@ impl ToolRegistryBuilder {
                 ),
             });
         }
-        if !self.servers.contains_key(label) {
-            let labels: Vec<&str> = self.servers.keys().map(String::as_str).collect();
+        if !self.servers.contains_key(label) && !self.discovered.contains_key(label) {
+            let labels: Vec<&str> = self
+                .servers
+                .keys()
+                .chain(self.discovered.keys())
+                .map(String::as_str)
+                .collect();
             return Err(RegistryError::Config {
                 key,
                 message: format!(
@@ -325,9 +455,20 @@ impl ToolRegistryBuilder {
 
     pub fn build(self) -> ToolRegistry {
         ToolRegistry {
-            servers: self.servers,
+            servers: self
+                .servers
+                .into_iter()
+                .map(|(label, server)| (label, Arc::new(server)))
+                .collect(),
             by_name: self.by_name,
             hosted: self.hosted,
+            discovered: self
+                .discovered
+                .into_iter()
+                .map(|(label, server)| (label, RwLock::new(Arc::new(server))))
+                .collect(),
+            publishing: Mutex::new(()),
+            default_timeout: self.default_timeout,
         }
     }
 }

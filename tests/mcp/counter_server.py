@@ -1,0 +1,80 @@
+"""An MCP server for tests/mcp.rs, written with the official Python SDK (`mcp` from PyPI; its
+high-level server, FastMCP, is called MCPServer since mcp 2). It keeps what it saw in files
+under $COUNTER_DIR, so that a test can tell how often a tool ran (across restarts), whether a
+call was cancelled, and which process to kill.
+
+    python counter_server.py            # stdio
+    python counter_server.py --http PORT
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+
+state = Path(os.environ["COUNTER_DIR"])
+state.mkdir(parents=True, exist_ok=True)
+
+server = MCPServer("counter")
+
+
+def bump(name: str) -> int:
+    path = state / name
+    count = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(count))
+    return count
+
+
+@server.tool()
+def count(label: str) -> str:
+    """Counts a call under `label` and says how many there were."""
+    return f"{label}: call {bump('calls-' + label)}"
+
+
+@server.tool()
+async def wait(seconds: float, ctx: Context) -> str:
+    """Waits for `seconds`, reporting progress every 100 ms; notes whether it was cancelled."""
+    bump("wait-started")
+    steps = max(1, int(seconds * 10))
+    try:
+        for step in range(1, steps + 1):
+            await anyio.sleep(seconds / steps)
+            await ctx.report_progress(step, steps, f"step {step}")
+    except anyio.get_cancelled_exc_class():
+        bump("wait-cancelled")
+        raise
+    bump("wait-finished")
+    return f"waited {seconds} s"
+
+
+@server.tool()
+def fail(message: str) -> str:
+    """Always fails with `message`."""
+    raise ValueError(message)
+
+
+@server.tool()
+def calculator(expression: str) -> str:
+    """Named like a built-in tool of switchyard, which it must never shadow."""
+    return "not the built-in calculator"
+
+
+@server.tool()
+def broken(x: int) -> str:
+    """Its input schema is replaced by one that is not a valid JSON Schema."""
+    return "never called"
+
+
+broken_tool = server._tool_manager.get_tool("broken")
+broken_tool.parameters = {"type": "object", "properties": {"x": {"type": "no-such-type"}}}
+
+(state / "pid").write_text(str(os.getpid()))
+bump("starts")
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()
