@@ -36,6 +36,7 @@ pub struct Application {
     drain_delay: Duration,
     addr: SocketAddr,
     engine: Engine,
+    tools: Arc<ToolRegistry>,
     /// The MCP servers' connections (and the commands started for them).
     mcp: McpServers,
     writer: HubWriter,
@@ -169,7 +170,7 @@ impl Application {
         // Connecting to MCP servers and listing their tools happens in the background: a
         // slow or absent server does not hold up the start.
         let mcp = McpServers::start(&config, registry.clone());
-        let engine = Engine::new(store.clone(), hub, models, registry, settings);
+        let engine = Engine::new(store.clone(), hub, models, registry.clone(), settings);
         // One process serves an SQLite file (it holds the lock), so whatever it finds
         // running was left by a previous process.
         let recovered = engine
@@ -215,6 +216,7 @@ impl Application {
             stopping,
             addr,
             engine,
+            tools: registry,
             mcp,
             writer,
             router: router(state),
@@ -226,6 +228,11 @@ impl Application {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The tool registry (MCP servers' tools appear in it as they are discovered).
+    pub fn tools(&self) -> Arc<ToolRegistry> {
+        self.tools.clone()
     }
 
     /// Serves until `signal` resolves, then shuts down:

@@ -23,6 +23,8 @@ pub use audit::*;
 
 pub struct TestApp {
     pub base: String,
+    /// The app's tool registry, where MCP servers' tools appear once discovered.
+    pub tools: Arc<switchyard::tools::registry::ToolRegistry>,
     pub llm: FakeLlm,
     pub client: reqwest::Client,
     pub database_url: String,
@@ -144,12 +146,14 @@ async fn start_with(
     tweak(&mut config);
     let app = Application::build_with_tools(config, tools).await.unwrap();
     let base = format!("http://{}", app.local_addr());
+    let tools = app.tools();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {
         let _ = stopped.await;
     }));
     TestApp {
         base,
+        tools,
         llm,
         client: reqwest::Client::new(),
         database_url,

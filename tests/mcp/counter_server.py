@@ -13,6 +13,7 @@ from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 state = Path(os.environ["COUNTER_DIR"])
 state.mkdir(parents=True, exist_ok=True)
@@ -51,8 +52,8 @@ async def wait(seconds: float, ctx: Context) -> str:
 
 @server.tool()
 def fail(message: str) -> str:
-    """Always fails with `message`."""
-    raise ValueError(message)
+    """Always fails with `message` (an anticipated failure, so its text reaches the client)."""
+    raise ToolError(message)
 
 
 @server.tool()
@@ -65,6 +66,14 @@ def calculator(expression: str) -> str:
 def broken(x: int) -> str:
     """Its input schema is replaced by one that is not a valid JSON Schema."""
     return "never called"
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool called `name` and tells the client that the tools changed."""
+    server.add_tool(lambda: f"{name} is here", name=name, description="added while running")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
 
 
 broken_tool = server._tool_manager.get_tool("broken")

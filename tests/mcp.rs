@@ -1,0 +1,822 @@
+//! MCP servers as tool sources, against servers this project did not write: the reference
+//! server `@modelcontextprotocol/server-everything` (npm) over stdio and over streamable HTTP,
+//! and `tests/mcp/counter_server.py`, written with the official Python SDK (`mcp` from PyPI),
+//! which counts its calls in files so that a test sees what the server saw.
+//!
+//! `bash tests/mcp/setup.sh` installs them (CI runs it before the tests); a test that does not
+//! find them fails, saying so. With `TEST_DATABASE_URL` set, the apps run on PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use switchyard::config::{ApprovalDefault, Config, McpServerConfig};
+use switchyard::tools::{ToolContext, ToolOutput};
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+/// Where `tests/mcp/setup.sh` put the servers.
+struct Installed {
+    node: String,
+    /// server-everything's entry point.
+    everything: PathBuf,
+    python: PathBuf,
+    counter: PathBuf,
+}
+
+fn installed() -> Installed {
+    let cache = std::env::var_os("SWITCHYARD_MCP_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/switchyard-mcp")
+        });
+    let installed = Installed {
+        node: "node".into(),
+        everything: cache
+            .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        python: cache.join("venv/bin/python"),
+        counter: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/counter_server.py"),
+    };
+    for path in [&installed.everything, &installed.python] {
+        assert!(
+            path.exists(),
+            "{} is missing: run `bash tests/mcp/setup.sh` first",
+            path.display()
+        );
+    }
+    installed
+}
+
+fn server(url: Option<String>, command: Option<String>, args: Vec<String>) -> McpServerConfig {
+    McpServerConfig {
+        url,
+        headers: BTreeMap::new(),
+        command,
+        args,
+        env: BTreeMap::new(),
+        allowed_tools: None,
+        require_approval: ApprovalDefault::Never,
+        timeout_ms: None,
+        startup_timeout_ms: 20_000,
+        read_only_tools: Vec::new(),
+        definition_only_tools: Vec::new(),
+    }
+}
+
+/// server-everything started by the service, speaking stdio.
+fn everything_over_stdio(tools: &[&str]) -> McpServerConfig {
+    let installed = installed();
+    let mut config = server(
+        None,
+        Some(installed.node),
+        vec![installed.everything.display().to_string(), "stdio".into()],
+    );
+    config.allowed_tools = Some(tools.iter().map(|t| t.to_string()).collect());
+    config
+}
+
+/// The Python server started by the service, keeping its counts in `dir`.
+fn counter_over_stdio(dir: &Path) -> McpServerConfig {
+    let installed = installed();
+    let mut config = server(
+        None,
+        Some(installed.python.display().to_string()),
+        vec![installed.counter.display().to_string()],
+    );
+    config
+        .env
+        .insert("COUNTER_DIR".into(), dir.display().to_string());
+    config
+}
+
+/// A server process a test started itself; killed when dropped.
+struct Process(std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// server-everything over streamable HTTP on a port of its own; returns its URL once it
+/// listens.
+async fn everything_over_http() -> (Process, String) {
+    let installed = installed();
+    let port = free_port();
+    let child = std::process::Command::new(&installed.node)
+        .arg(&installed.everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let process = Process(child);
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return (process, format!("http://127.0.0.1:{port}/mcp"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server-everything did not listen on port {port}");
+}
+
+/// The app with `servers` configured, on PostgreSQL when `TEST_DATABASE_URL` is set.
+async fn app_with(
+    servers: Vec<(&str, McpServerConfig)>,
+    tweak: impl FnOnce(&mut Config),
+) -> TestApp {
+    let configure = move |config: &mut Config| {
+        for (label, server) in servers {
+            config.mcp_servers.insert(label.to_string(), server);
+        }
+        tweak(config);
+    };
+    match fresh_postgres_url().await {
+        Some(url) => spawn_app_with_tools_on(&url, Vec::new(), configure).await,
+        None => spawn_app_with(configure).await,
+    }
+}
+
+/// Waits until the server `label` offers every tool in `names`.
+async fn wait_for_tools(app: &TestApp, label: &str, names: &[&str]) {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let offered: Vec<String> = app
+            .tools
+            .server(label)
+            .map(|server| server.tools.iter().map(|t| t.name().to_string()).collect())
+            .unwrap_or_default();
+        if names.iter().all(|name| offered.iter().any(|o| o == name)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("tool server {label} did not offer {names:?} within 30 s");
+}
+
+/// A count the Python server keeps (0 before its first).
+fn count(dir: &Path, name: &str) -> u64 {
+    std::fs::read_to_string(dir.join(name))
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn wait_for_count(dir: &Path, name: &str, at_least: u64) {
+    for _ in 0..400 {
+        if count(dir, name) >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "{name} did not reach {at_least} (it is {})",
+        count(dir, name)
+    );
+}
+
+fn mcp(label: &str) -> Value {
+    json!({"type": "mcp", "server_label": label, "require_approval": "never"})
+}
+
+fn run_with(tools: Value) -> Value {
+    json!({"model": "gpt-4o-mini", "input": "go", "tools": tools})
+}
+
+fn done_items(sse: &Sse) -> Vec<Value> {
+    sse.events
+        .iter()
+        .filter(|e| e.event == "response.output_item.done")
+        .map(|e| e.data["item"].clone())
+        .collect()
+}
+
+fn call_named<'a>(items: &'a [Value], name: &str) -> &'a Value {
+    items
+        .iter()
+        .find(|i| i["type"] == "mcp_call" && i["name"] == name)
+        .unwrap_or_else(|| panic!("no mcp_call of {name} in {items:#?}"))
+}
+
+/// Each item's events are contiguous: between its `added` and `done` only its own events.
+fn assert_items_do_not_interleave(sse: &Sse) {
+    let mut open: Option<u64> = None;
+    for event in &sse.events {
+        let index = event.data.get("output_index").and_then(Value::as_u64);
+        match event.event.as_str() {
+            "response.output_item.added" => {
+                assert_eq!(open, None, "item {index:?} opened inside another");
+                open = index;
+            }
+            "response.output_item.done" => {
+                assert_eq!(open, index, "done for an item that is not open");
+                open = None;
+            }
+            _ if index.is_some() => assert_eq!(open, index, "{} outside its item", event.event),
+            _ => {}
+        }
+    }
+    assert_eq!(open, None);
+}
+
+#[tokio::test]
+async fn a_streamed_run_calls_a_stdio_server_and_an_http_server_concurrently() {
+    let (_http, url) = everything_over_http().await;
+    let mut over_http = server(Some(url), None, Vec::new());
+    over_http.allowed_tools = Some(vec!["get-sum".into()]);
+    let app = app_with(
+        vec![
+            (
+                "everything",
+                everything_over_stdio(&["echo", "trigger-long-running-operation"]),
+            ),
+            ("everything_http", over_http),
+        ],
+        |_| {},
+    )
+    .await;
+    wait_for_tools(
+        &app,
+        "everything",
+        &["echo", "trigger-long-running-operation"],
+    )
+    .await;
+    wait_for_tools(&app, "everything_http", &["get-sum"]).await;
+    app.llm.push(Turn::tool_calls(&[
+        (
+            "call_slow",
+            "trigger-long-running-operation",
+            r#"{"duration": 1, "steps": 2}"#,
+        ),
+        ("call_sum", "get-sum", r#"{"a": 2, "b": 3}"#),
+        ("call_echo", "echo", r#"{"message": "hi"}"#),
+    ]));
+    app.llm.push(Turn::text("Done."));
+
+    let started = Instant::now();
+    let sse = app
+        .stream(&run_with(json!([
+            mcp("everything"),
+            mcp("everything_http")
+        ])))
+        .await;
+    let took = started.elapsed();
+
+    eprintln!("events of the run:");
+    for event in &sse.events {
+        let item = &event.data["item"];
+        eprintln!(
+            "  {} {}",
+            event.event,
+            match item.is_object() {
+                true => format!(
+                    "{} {} {}",
+                    item["type"].as_str().unwrap_or(""),
+                    item["server_label"].as_str().unwrap_or(""),
+                    item["name"].as_str().unwrap_or("")
+                ),
+                false => String::new(),
+            }
+        );
+    }
+    assert_numbering(&sse);
+    assert_items_do_not_interleave(&sse);
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    let items = done_items(&sse);
+    let listings: Vec<(&str, Vec<&str>)> = items
+        .iter()
+        .filter(|i| i["type"] == "mcp_list_tools")
+        .map(|i| {
+            let names = i["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap())
+                .collect();
+            (i["server_label"].as_str().unwrap(), names)
+        })
+        .collect();
+    assert_eq!(
+        listings,
+        [
+            ("everything", vec!["echo", "trigger-long-running-operation"]),
+            ("everything_http", vec!["get-sum"]),
+        ]
+    );
+    let sum = call_named(&items, "get-sum");
+    assert_eq!(sum["server_label"], "everything_http");
+    assert_eq!(sum["status"], "completed");
+    assert!(sum["output"].as_str().unwrap().contains('5'), "{sum}");
+    let echo = call_named(&items, "echo");
+    assert_eq!(echo["server_label"], "everything");
+    assert_eq!(echo["output"], "Echo: hi");
+    let slow = call_named(&items, "trigger-long-running-operation");
+    assert!(
+        slow["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("Long running operation completed"),
+        "{slow}"
+    );
+    // Called first, shown last: the quick calls did not wait for it.
+    let calls: Vec<&str> = items
+        .iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls.last(), Some(&"trigger-long-running-operation"));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // The model got every result back.
+    let second = app.llm.requests()[1].to_string();
+    assert!(second.contains("Echo: hi"), "{second}");
+}
+
+#[tokio::test]
+async fn progress_notifications_are_streamed_as_the_calls_output() {
+    let app = app_with(
+        vec![(
+            "everything",
+            everything_over_stdio(&["trigger-long-running-operation"]),
+        )],
+        |_| {},
+    )
+    .await;
+    wait_for_tools(&app, "everything", &["trigger-long-running-operation"]).await;
+    let server = app.tools.server("everything").unwrap();
+    let tool = server.tools[0].clone();
+    let streamed = Arc::new(Mutex::new(Vec::new()));
+    let sink = streamed.clone();
+    let output = ToolOutput::new(move |text| sink.lock().unwrap().push(text));
+    let context = ToolContext {
+        response_id: "resp_test".into(),
+        call_id: "call_test".into(),
+        tenant_id: "default".into(),
+        cancel: CancellationToken::new(),
+    };
+
+    let result = tool
+        .handler
+        .call(context, json!({"duration": 0.6, "steps": 3}), output)
+        .await;
+
+    assert_eq!(result.error, None, "{}", result.text);
+    assert_eq!(
+        *streamed.lock().unwrap(),
+        ["progress 1/3\n", "progress 2/3\n", "progress 3/3\n"]
+    );
+}
+
+#[tokio::test]
+async fn structured_content_is_the_calls_data_an_image_a_placeholder_and_a_resource_its_text() {
+    let app = app_with(
+        vec![(
+            "everything",
+            everything_over_stdio(&[
+                "get-structured-content",
+                "get-tiny-image",
+                "get-resource-reference",
+            ]),
+        )],
+        |_| {},
+    )
+    .await;
+    wait_for_tools(
+        &app,
+        "everything",
+        &[
+            "get-structured-content",
+            "get-tiny-image",
+            "get-resource-reference",
+        ],
+    )
+    .await;
+    app.llm.push(Turn::tool_calls(&[
+        ("c1", "get-structured-content", r#"{"location": "Chicago"}"#),
+        ("c2", "get-tiny-image", "{}"),
+        (
+            "c3",
+            "get-resource-reference",
+            r#"{"resourceType": "Text", "resourceId": 1}"#,
+        ),
+    ]));
+    app.llm.push(Turn::text("Done."));
+
+    let sse = app.stream(&run_with(json!([mcp("everything")]))).await;
+
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    let items = done_items(&sse);
+    let weather = call_named(&items, "get-structured-content");
+    assert_eq!(
+        weather["data"],
+        json!({"temperature": 36, "conditions": "Light rain / drizzle", "humidity": 82})
+    );
+    let image = call_named(&items, "get-tiny-image");
+    let shown = image["output"].as_str().unwrap();
+    assert!(shown.contains("[image: image/png, "), "{shown}");
+    assert!(shown.len() < 1000, "no base64 for the model: {shown}");
+    let described = image["data"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "image")
+        .unwrap();
+    assert_eq!(described["mime_type"], "image/png");
+    assert!(described["bytes"].as_u64().unwrap() > 1000, "{described}");
+    let resource = call_named(&items, "get-resource-reference");
+    let text = resource["output"].as_str().unwrap();
+    assert!(text.contains("Resource 1"), "{text}");
+}
+
+#[tokio::test]
+async fn an_error_result_is_a_tool_error_the_model_sees() {
+    let dir = TempDir::new().unwrap();
+    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    wait_for_tools(&app, "counter", &["fail"]).await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "fail",
+        r#"{"message": "no such city"}"#,
+    ));
+    app.llm.push(Turn::text("Sorry."));
+
+    let sse = app.stream(&run_with(json!([mcp("counter")]))).await;
+
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    let items = done_items(&sse);
+    let call = call_named(&items, "fail");
+    assert_eq!(call["status"], "failed");
+    assert_eq!(call["output"], Value::Null);
+    assert_eq!(call["error"]["type"], "mcp_tool_execution_error");
+    assert!(
+        call["error"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("no such city"),
+        "{call}"
+    );
+    assert!(sse.types().contains(&"response.mcp_call.failed"));
+    let second = app.llm.requests()[1].to_string();
+    assert!(second.contains("no such city"), "{second}");
+}
+
+#[tokio::test]
+async fn cancelling_a_run_during_a_long_call_cancels_the_call_at_the_server() {
+    let dir = TempDir::new().unwrap();
+    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    wait_for_tools(&app, "counter", &["wait"]).await;
+    app.llm
+        .push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
+    let mut body = run_with(json!([mcp("counter")]));
+    body["stream"] = json!(true);
+
+    let (id, stream) = start_stream(&app, body).await;
+    wait_for_count(dir.path(), "wait-started", 1).await;
+    let (status, _) = app
+        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(status, 200);
+
+    // The server saw the cancellation: its tool stopped waiting.
+    wait_for_count(dir.path(), "wait-cancelled", 1).await;
+    assert_eq!(count(dir.path(), "wait-finished"), 0);
+    let sse = stream.await.unwrap();
+    assert_eq!(sse.last().data["response"]["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_call_that_times_out_is_cancelled_at_the_server() {
+    let dir = TempDir::new().unwrap();
+    let mut counter = counter_over_stdio(dir.path());
+    counter.timeout_ms = Some(500);
+    let app = app_with(vec![("counter", counter)], |_| {}).await;
+    wait_for_tools(&app, "counter", &["wait"]).await;
+    app.llm
+        .push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
+    app.llm.push(Turn::text("Too slow."));
+
+    let sse = app.stream(&run_with(json!([mcp("counter")]))).await;
+
+    let items = done_items(&sse);
+    let call = call_named(&items, "wait");
+    assert_eq!(
+        call["error"]["content"],
+        "The tool 'wait' did not finish within 500 ms."
+    );
+    wait_for_count(dir.path(), "wait-cancelled", 1).await;
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_call_fails_the_call_and_is_started_again() {
+    let dir = TempDir::new().unwrap();
+    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    wait_for_tools(&app, "counter", &["wait", "count"]).await;
+    app.llm
+        .push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
+    app.llm.push(Turn::text("It broke."));
+    let mut body = run_with(json!([mcp("counter")]));
+    body["stream"] = json!(true);
+
+    let (_, stream) = start_stream(&app, body).await;
+    wait_for_count(dir.path(), "wait-started", 1).await;
+    let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let sse = tokio::time::timeout(Duration::from_secs(20), stream)
+        .await
+        .expect("the run ended")
+        .unwrap();
+
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    let items = done_items(&sse);
+    let call = call_named(&items, "wait");
+    assert_eq!(call["status"], "failed");
+    let error = call["error"]["content"].as_str().unwrap();
+    assert!(
+        error.starts_with("The MCP server 'counter' failed the call"),
+        "{error}"
+    );
+
+    // Started again (a new process), its tools offered again: later calls work.
+    wait_for_count(dir.path(), "starts", 2).await;
+    assert_ne!(
+        std::fs::read_to_string(dir.path().join("pid")).unwrap(),
+        pid
+    );
+    wait_for_tools(&app, "counter", &["count"]).await;
+    app.llm
+        .push(Turn::tool_call("call_2", "count", r#"{"label": "after"}"#));
+    app.llm.push(Turn::text("Counted."));
+    let sse = app.stream(&run_with(json!([mcp("counter")]))).await;
+    let items = done_items(&sse);
+    assert_eq!(call_named(&items, "count")["output"], "after: call 1");
+}
+
+#[tokio::test]
+async fn a_server_that_requires_approval_pauses_the_run_and_runs_the_call_once_approved() {
+    let dir = TempDir::new().unwrap();
+    let mut counter = counter_over_stdio(dir.path());
+    counter.require_approval = ApprovalDefault::Always;
+    let app = app_with(vec![("counter", counter)], |_| {}).await;
+    wait_for_tools(&app, "counter", &["count"]).await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "count",
+        r#"{"label": "approved"}"#,
+    ));
+    app.llm.push(Turn::text("Counted."));
+    let body = json!({"model": "gpt-4o-mini", "input": "go",
+        "tools": [{"type": "mcp", "server_label": "counter"}]});
+
+    let (status, paused) = app.post("/v1/responses", &body).await;
+
+    assert_eq!(status, 200, "{paused}");
+    let request = &paused["output"][1];
+    assert_eq!(request["type"], "mcp_approval_request", "{paused}");
+    assert_eq!(request["server_label"], "counter");
+    assert_eq!(request["name"], "count");
+    assert_eq!(count(dir.path(), "calls-approved"), 0, "nothing ran yet");
+
+    let id = paused["id"].as_str().unwrap();
+    let approval = json!({"tool_approvals": [
+        {"approval_request_id": request["id"], "approve": true}
+    ]});
+    let (status, done) = app
+        .post(
+            &format!("/v1/responses/{id}/submit_tool_outputs"),
+            &approval,
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "completed", "{done}");
+    let call = done["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap()
+        .clone();
+    assert_eq!(call["output"], "approved: call 1");
+    assert_eq!(call["approval_request_id"], request["id"]);
+    assert_eq!(count(dir.path(), "calls-approved"), 1);
+}
+
+#[tokio::test]
+async fn tools_a_server_adds_while_running_are_offered_after_its_list_changed_notice() {
+    let dir = TempDir::new().unwrap();
+    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    wait_for_tools(&app, "counter", &["grow"]).await;
+    app.llm
+        .push(Turn::tool_call("call_1", "grow", r#"{"name": "sprout"}"#));
+    app.llm.push(Turn::text("Grown."));
+
+    let sse = app.stream(&run_with(json!([mcp("counter")]))).await;
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+
+    wait_for_tools(&app, "counter", &["sprout"]).await;
+    app.llm.push(Turn::tool_call("call_2", "sprout", "{}"));
+    app.llm.push(Turn::text("It is there."));
+    let sse = app.stream(&run_with(json!([mcp("counter")]))).await;
+    let items = done_items(&sse);
+    assert_eq!(call_named(&items, "sprout")["output"], "sprout is here");
+}
+
+#[tokio::test]
+async fn a_slow_or_absent_server_holds_up_neither_the_start_nor_the_runs() {
+    let started = Instant::now();
+    let slow = server(None, Some("sleep".into()), vec!["30".into()]);
+    let absent = server(
+        Some(format!("http://127.0.0.1:{}/mcp", free_port())),
+        None,
+        Vec::new(),
+    );
+    let app = app_with(vec![("slow", slow), ("absent", absent)], |_| {}).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the start took {:?}",
+        started.elapsed()
+    );
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "calculator",
+        r#"{"expression": "6 * 7"}"#,
+    ));
+    app.llm.push(Turn::text("42"));
+
+    let sse = app
+        .stream(&run_with(json!([
+            mcp("builtin"),
+            mcp("slow"),
+            mcp("absent")
+        ])))
+        .await;
+
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    let items = done_items(&sse);
+    assert_eq!(call_named(&items, "calculator")["output"], "42");
+    for label in ["slow", "absent"] {
+        let listing = items
+            .iter()
+            .find(|i| i["type"] == "mcp_list_tools" && i["server_label"] == label)
+            .unwrap();
+        assert_eq!(
+            listing["tools"],
+            json!([]),
+            "{label} has no tools while it is down"
+        );
+    }
+}
+
+/// The binary with `config`, its logs kept.
+fn binary_with(config: &str, dir: &TempDir, llm: &fake_llm::FakeLlm) -> (Process, String, Logs) {
+    let path = dir.path().join("switchyard.toml");
+    std::fs::write(&path, config).unwrap();
+    let database = format!("sqlite://{}/switchyard.db", dir.path().display());
+    let (child, address, logs) = spawn_binary_logged(&database, &llm.base_url(), Some(&path), &[]);
+    (Process(child), address, logs)
+}
+
+#[tokio::test]
+async fn a_bad_schema_and_a_name_clash_are_left_out_with_warnings_naming_both_sources() {
+    let installed = installed();
+    let dir = TempDir::new().unwrap();
+    let state = dir.path().join("counter");
+    let config = format!(
+        "[mcp_servers.counter]\ncommand = {:?}\nargs = [{:?}]\nenv = {{ COUNTER_DIR = {:?} }}\n",
+        installed.python.display().to_string(),
+        installed.counter.display().to_string(),
+        state.display().to_string(),
+    );
+    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let (_switchyard, address, logs) = binary_with(&config, &dir, &llm);
+
+    let schema = logs
+        .wait_for(|line| line.contains("\"broken\"") && line.contains("invalid parameter schema"))
+        .await;
+    assert!(schema.contains("\"counter\""), "{schema}");
+    assert!(schema.contains("WARN"), "{schema}");
+    let clash = logs
+        .wait_for(|line| line.contains("\"calculator\"") && line.contains("defined twice"))
+        .await;
+    assert!(
+        clash.contains("tool server \"builtin\"") && clash.contains("tool server \"counter\""),
+        "{clash}"
+    );
+
+    // Both are left out; the other tools are offered.
+    let client = reqwest::Client::new();
+    for (name, expected) in [("broken", 400), ("calculator", 400), ("count", 200)] {
+        let body = json!({"model": "gpt-4o-mini", "input": "go", "tools": [
+            {"type": "mcp", "server_label": "counter", "allowed_tools": [name]}
+        ]});
+        if expected == 200 {
+            llm.push(Turn::text("ok"));
+        }
+        let response = client
+            .post(format!("http://{address}/v1/responses"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let reply: Value = response.json().await.unwrap();
+        assert_eq!(status, expected, "{name}: {reply}");
+        if expected == 400 {
+            assert_eq!(
+                reply["error"]["message"],
+                format!("Tool server 'counter' has no tool '{name}'.")
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_mcp_server_configuration_that_cannot_work_is_refused_naming_the_key() {
+    let mut config = Config::defaults().unwrap();
+    let mut both = server(
+        Some("http://127.0.0.1:9/mcp".into()),
+        Some("node".into()),
+        Vec::new(),
+    );
+    both.timeout_ms = Some(0);
+    config.mcp_servers.insert("both".into(), both);
+    config
+        .mcp_servers
+        .insert("neither".into(), server(None, None, Vec::new()));
+    config.mcp_servers.insert(
+        "builtin".into(),
+        server(None, Some("node".into()), Vec::new()),
+    );
+    let error = switchyard::app::Checked::new(&config, Vec::new())
+        .err()
+        .expect("refused");
+    let problems = error.problems();
+    let has = |start: &str| problems.iter().any(|p| p.starts_with(start));
+    assert!(
+        has("mcp_servers.both.command: is set, and so is url"),
+        "{problems:#?}"
+    );
+    assert!(
+        has("mcp_servers.both.timeout_ms: must be positive"),
+        "{problems:#?}"
+    );
+    assert!(has("mcp_servers.neither: needs url"), "{problems:#?}");
+    assert!(
+        has("mcp_servers.builtin: the label \"builtin\" is taken"),
+        "{problems:#?}"
+    );
+}
