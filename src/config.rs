@@ -607,6 +607,8 @@ mod tests {
             Some(5000)
         );
         assert_eq!(config.llm.provider.max_concurrent_requests, Some(64));
+        assert_eq!(config.mcp_servers["search"].timeout_ms, Some(20000));
+        assert_eq!(config.mcp_servers["everything"].args.len(), 3);
     }
 
     #[test]
