@@ -820,3 +820,137 @@ async fn an_mcp_server_configuration_that_cannot_work_is_refused_naming_the_key(
         "{problems:#?}"
     );
 }
+
+/// A streamed run on an instance (the binary) that calls the Python server's `wait`; the
+/// instance is killed while the call runs, and another (on SQLite: the restarted process) on
+/// the same database takes the run over. `wait` is read-only or not; the model asks for it
+/// again when asked for the turn again. Returns the run as it ended, and the server's state.
+async fn kill_mid_call(database_url: &str, read_only: bool) -> (Value, TempDir) {
+    let state = TempDir::new().unwrap();
+    let mut counter = counter_over_stdio(state.path());
+    if read_only {
+        counter.read_only_tools = vec!["wait".into()];
+    }
+    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    llm.push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
+    if read_only {
+        llm.push(Turn::tool_call("call_2", "wait", r#"{"seconds": 0.2}"#));
+    }
+    llm.push(Turn::text("Done waiting."));
+    let dir = TempDir::new().unwrap();
+    let config = toml::to_string(&BTreeMap::from([(
+        "mcp_servers",
+        BTreeMap::from([("counter", counter.clone())]),
+    )]))
+    .unwrap();
+    let path = dir.path().join("switchyard.toml");
+    std::fs::write(&path, config).unwrap();
+    let (child, address, logs) =
+        spawn_binary_logged(database_url, &llm.base_url(), Some(&path), &[]);
+    let mut a = Process(child);
+    logs.wait_for(|line| line.contains("MCP server's tools published"))
+        .await;
+    let response = reqwest::Client::new()
+        .post(format!("http://{address}/v1/responses"))
+        .json(
+            &json!({"model": "gpt-4o-mini", "input": "go", "stream": true,
+                      "tools": [mcp("counter")]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let (first, first_seen) = tokio::sync::oneshot::channel();
+    let live = tokio::spawn(read_until_cut(response, first));
+    first_seen.await.unwrap();
+    wait_for_count(state.path(), "wait-started", 1).await;
+    kill(&mut a.0);
+    let id = live.await.unwrap().response_id();
+
+    let llm_url = llm.base_url();
+    let b = spawn_app_on(database_url, move |c| {
+        c.runs.lease_ttl_ms = 1_000;
+        c.runs.sweep_interval_ms = 100;
+        c.llm.provider.base_url = Some(llm_url);
+        c.mcp_servers.insert("counter".into(), counter);
+    })
+    .await;
+    let mut done = Value::Null;
+    for _ in 0..400 {
+        let (_, body) = b.get(&format!("/v1/responses/{id}")).await;
+        if body["status"] == "completed" {
+            done = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        done["status"], "completed",
+        "the run was not completed: {done}"
+    );
+    (done, state)
+}
+
+fn mcp_calls(run: &Value) -> Vec<Value> {
+    run["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .cloned()
+        .collect()
+}
+
+async fn a_call_with_effects_cut_by_a_crash_is_reported_interrupted_and_never_run_again(
+    database_url: &str,
+) {
+    let (run, state) = kill_mid_call(database_url, false).await;
+
+    let calls = mcp_calls(&run);
+    assert_eq!(calls.len(), 1, "{run}");
+    assert_eq!(calls[0]["status"], "failed");
+    let error = calls[0]["error"]["content"].as_str().unwrap();
+    assert!(error.contains("interrupted"), "{error}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(count(state.path(), "wait-started"), 1, "it ran once");
+}
+
+async fn a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(database_url: &str) {
+    let (run, state) = kill_mid_call(database_url, true).await;
+
+    let calls = mcp_calls(&run);
+    let completed: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["status"] == "completed")
+        .collect();
+    assert_eq!(completed.len(), 1, "{run}");
+    assert_eq!(completed[0]["output"], "waited 0.2 s");
+    assert_eq!(count(state.path(), "wait-started"), 2, "it ran again");
+    assert_eq!(count(state.path(), "wait-finished"), 1);
+}
+
+#[tokio::test]
+async fn an_mcp_call_with_effects_cut_by_a_crash_is_never_run_again_after_a_restart_on_sqlite() {
+    let dir = TempDir::new().unwrap();
+    let url = format!("sqlite://{}/crash.db", dir.path().display());
+    a_call_with_effects_cut_by_a_crash_is_reported_interrupted_and_never_run_again(&url).await;
+}
+
+#[tokio::test]
+async fn a_read_only_mcp_call_cut_by_a_crash_runs_again_after_a_restart_on_sqlite() {
+    let dir = TempDir::new().unwrap();
+    let url = format!("sqlite://{}/crash.db", dir.path().display());
+    a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(&url).await;
+}
+
+#[tokio::test]
+async fn mcp_calls_cut_by_a_crash_follow_the_same_rules_on_another_instance_on_postgres() {
+    let Some(url) = fresh_postgres_url().await else {
+        eprintln!("TEST_DATABASE_URL is not set: skipping");
+        return;
+    };
+    a_call_with_effects_cut_by_a_crash_is_reported_interrupted_and_never_run_again(&url).await;
+    let Some(url) = fresh_postgres_url().await else {
+        return;
+    };
+    a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(&url).await;
+}

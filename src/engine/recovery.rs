@@ -23,6 +23,9 @@ use crate::time::UnixMillis;
 /// Events read per query while rebuilding a log.
 const PAGE: u32 = 1000;
 
+/// How long a run taken over waits at most for the MCP servers to list their tools.
+const DISCOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 const INTERRUPTED: &str =
     "The call was interrupted: the instance running it stopped. It was not run again.";
 
@@ -164,6 +167,16 @@ impl Engine {
             transcript,
             ..run
         };
+        // The run goes on with the tools it is offered now. MCP servers connect in the
+        // background after a start: wait for their first attempts (each bounded by its
+        // startup timeout), so that a run taken over at start is offered their tools as before
+        // and a read-only call asked for again can run.
+        if tokio::time::timeout(DISCOVERY_WAIT, self.inner.registry.discovery_settled())
+            .await
+            .is_err()
+        {
+            tracing::warn!(response_id = %id, "taking the run over before every MCP server has listed its tools");
+        }
         let loaded = match self
             .load(
                 &run.tenant_id,

@@ -143,11 +143,27 @@ pub struct ToolRegistry {
     /// Hosted tool types (`web_search`, …) and the tool server that runs each.
     hosted: BTreeMap<String, String>,
     /// Each MCP server's tools as last discovered (none while it is down).
-    discovered: BTreeMap<String, RwLock<Arc<ToolServer>>>,
+    discovered: BTreeMap<String, Discovered>,
     /// Held while a discovered list is checked and published, so that two servers cannot
     /// both take a name.
     publishing: Mutex<()>,
     default_timeout: Duration,
+}
+
+/// An MCP server's place in the registry.
+struct Discovered {
+    tools: RwLock<Arc<ToolServer>>,
+    /// True once the server's first connection attempt is over (its tools listed, or not).
+    settled: tokio::sync::watch::Sender<bool>,
+}
+
+impl Discovered {
+    fn tools(&self) -> Arc<ToolServer> {
+        self.tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl ToolRegistry {
@@ -260,8 +276,7 @@ impl ToolRegistry {
         if let Some(server) = self.servers.get(label) {
             return Some(server.clone());
         }
-        let slot = self.discovered.get(label)?;
-        Some(slot.read().unwrap_or_else(PoisonError::into_inner).clone())
+        Some(self.discovered.get(label)?.tools())
     }
 
     /// Every tool server's label, in order.
@@ -305,10 +320,7 @@ impl ToolRegistry {
                     self.discovered
                         .iter()
                         .filter(|(other, _)| other.as_str() != label)
-                        .find(|(_, other)| {
-                            let other = other.read().unwrap_or_else(PoisonError::into_inner);
-                            other.tools.iter().any(|t| t.name() == name)
-                        })
+                        .find(|(_, other)| other.tools().tools.iter().any(|t| t.name() == name))
                         .map(|(other, _)| other.clone())
                 });
             let taken = taken.or_else(|| names.contains(&name).then(|| label.to_string()));
@@ -328,13 +340,31 @@ impl ToolRegistry {
                 Err(problem) => problems.push(problem),
             }
         }
-        let mut slot = slot.write().unwrap_or_else(PoisonError::into_inner);
-        *slot = Arc::new(ToolServer {
+        let mut current = slot.tools.write().unwrap_or_else(PoisonError::into_inner);
+        *current = Arc::new(ToolServer {
             label: label.to_string(),
             tools,
-            requires_approval: slot.requires_approval,
+            requires_approval: current.requires_approval,
         });
         problems
+    }
+
+    /// Notes that the MCP server `label`'s first connection attempt is over.
+    pub fn settle(&self, label: &str) {
+        if let Some(slot) = self.discovered.get(label) {
+            slot.settled.send_replace(true);
+        }
+    }
+
+    /// Waits until every MCP server's first connection attempt is over: its tools are listed,
+    /// or it could not be reached. (Each attempt is bounded by the server's
+    /// `startup_timeout_ms`.)
+    pub async fn discovery_settled(&self) {
+        for slot in self.discovered.values() {
+            let mut settled = slot.settled.subscribe();
+            // Err: the sender is gone, which it is not while `self` lives.
+            let _ = settled.wait_for(|settled| *settled).await;
+        }
     }
 }
 
@@ -465,7 +495,13 @@ impl ToolRegistryBuilder {
             discovered: self
                 .discovered
                 .into_iter()
-                .map(|(label, server)| (label, RwLock::new(Arc::new(server))))
+                .map(|(label, server)| {
+                    let slot = Discovered {
+                        tools: RwLock::new(Arc::new(server)),
+                        settled: tokio::sync::watch::Sender::new(false),
+                    };
+                    (label, slot)
+                })
                 .collect(),
             publishing: Mutex::new(()),
             default_timeout: self.default_timeout,

@@ -81,7 +81,8 @@ impl McpServers {
                 }
                 // Validation refuses such a configuration before it gets here.
                 Err(problem) => {
-                    tracing::error!(parent: &span, "MCP server not started: {problem}")
+                    tracing::error!(parent: &span, "MCP server not started: {problem}");
+                    registry.settle(label);
                 }
             }
         }
@@ -271,6 +272,7 @@ impl Link {
         let cancel = connection.cancellation_token();
         let mut ended = std::pin::pin!(connection.waiting());
         self.refresh(&peer, registry).await;
+        registry.settle(&self.label);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => {
@@ -492,6 +494,9 @@ async fn supervise(link: Arc<Link>, registry: Arc<ToolRegistry>, stop: Cancellat
             _ = stop.cancelled() => return,
             connected = tokio::time::timeout(link.startup_timeout(), link.connect()) => connected,
         };
+        if !matches!(connected, Ok(Ok(_))) {
+            registry.settle(&link.label);
+        }
         match connected {
             Ok(Ok(connection)) => {
                 let stopped = link.serve(connection, &registry, &stop).await;
