@@ -527,7 +527,7 @@ impl Resolving {
                 name: spec.name.clone(),
                 description: spec.description.clone(),
                 input_schema: spec.parameters.clone(),
-                annotations: None,
+                annotations: tool.handler.annotations(),
             });
             let executor = match tool.kind {
                 ToolKind::Executed => Executor::Server(tool.clone()),

@@ -179,6 +179,11 @@ pub trait ToolHandler: Send + Sync + 'static {
     fn options(&self) -> ToolOptions {
         ToolOptions::default()
     }
+    /// Hints about the tool for clients (an MCP server's `annotations`: `readOnlyHint`, …),
+    /// shown in `mcp_list_tools`; never trusted by the service itself.
+    fn annotations(&self) -> Option<Value> {
+        None
+    }
     /// Runs one call. `arguments` already match [`ToolHandler::parameters`].
     async fn call(&self, context: ToolContext, arguments: Value, output: ToolOutput) -> ToolResult;
 }

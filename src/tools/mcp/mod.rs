@@ -346,6 +346,11 @@ impl Link {
             handlers.push(Arc::new(McpTool {
                 link: self.clone(),
                 description: tool.description.as_deref().unwrap_or_default().to_string(),
+                annotations: tool
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| serde_json::to_value(a).ok())
+                    .filter(|a| a.as_object().is_some_and(|a| !a.is_empty())),
                 parameters: Value::Object((*tool.input_schema).clone()),
                 kind: match settings.definition_only_tools.contains(&name) {
                     true => ToolKind::DefinitionOnly,
@@ -404,7 +409,8 @@ impl Link {
             Err(e) => return self.failure(e),
         };
         // Registered once the request is queued: a progress notification can only come after
-        // the server has read it.
+        // the server has read it. (rmcp handles each notification on a task of its own, so one
+        // sent just before the result may come after it, when nobody listens any more.)
         let _progress = ProgressWatch::new(self.clone(), handle.progress_token.clone(), output);
         let mut abandoned = Abandoned {
             link: self.clone(),
@@ -565,6 +571,7 @@ struct McpTool {
     name: String,
     description: String,
     parameters: Value,
+    annotations: Option<Value>,
     kind: ToolKind,
     options: ToolOptions,
 }
@@ -589,6 +596,10 @@ impl ToolHandler for McpTool {
 
     fn options(&self) -> ToolOptions {
         self.options.clone()
+    }
+
+    fn annotations(&self) -> Option<Value> {
+        self.annotations.clone()
     }
 
     /// The executor stops waiting on cancel and timeout by dropping this future, which
