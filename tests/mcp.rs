@@ -731,7 +731,24 @@ async fn a_slow_or_absent_server_holds_up_neither_the_start_nor_the_runs() {
             json!([]),
             "{label} has no tools while it is down"
         );
+        assert_eq!(
+            listing["error"],
+            format!(
+                "The MCP server '{label}' is not connected; its tools are unavailable for now."
+            )
+        );
     }
+    let failed = sse
+        .types()
+        .iter()
+        .filter(|t| **t == "response.mcp_list_tools.failed")
+        .count();
+    assert_eq!(failed, 2);
+    let builtin = items
+        .iter()
+        .find(|i| i["type"] == "mcp_list_tools" && i["server_label"] == "builtin")
+        .unwrap();
+    assert!(builtin.get("error").is_none(), "{builtin}");
 }
 
 /// The binary with `config`, its logs kept.

@@ -14,13 +14,13 @@ use super::control::{RunControl, StopReason};
 use super::emitter::{EventEmitter, record};
 use super::lifecycle::{Ending, StoredEnd, end_stored};
 use super::run::{self, Admission, Decision, Model, Output, Place, RunTask, Start, Tools, Waits};
-use super::toolset::ToolSet;
+use super::toolset::{Listing, ToolSet};
 use super::{Engine, EngineError, EventStream, SocketMemory, StartedRun, announced, events, pause};
 use crate::auth::{Caller, KeyPolicy};
 use crate::llm::{LlmClient, ModelRequest};
 use crate::protocol::events::Event;
 use crate::protocol::ids;
-use crate::protocol::items::{Item, McpToolInfo};
+use crate::protocol::items::Item;
 use crate::protocol::request::{CreateResponse, FieldError};
 use crate::protocol::response::{
     DEFAULT_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, ResponseObject, ResponseStatus, Usage,
@@ -38,7 +38,7 @@ pub(super) struct Prepared {
     pub client: Arc<dyn LlmClient>,
     pub tools: ToolSet,
     /// Tool servers to announce with `mcp_list_tools` (first use in the chain).
-    pub listings: Vec<(String, Vec<McpToolInfo>)>,
+    pub listings: Vec<Listing>,
     pub model_request: ModelRequest,
     pub limits: run::RunLimits,
 }
@@ -314,7 +314,7 @@ impl Engine {
         let listings = tools
             .listings
             .iter()
-            .filter(|(label, _)| !announced.contains(label.as_str()))
+            .filter(|listing| !announced.contains(listing.server_label.as_str()))
             .cloned()
             .collect();
         let mut model_request = run::model_request(&model, request);

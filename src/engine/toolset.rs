@@ -64,7 +64,16 @@ pub struct ToolSet {
     /// The chat `tool_choice` to send (`None`: let the model decide).
     pub choice: Option<Value>,
     /// Each enabled tool server with the tools the model is shown, for `mcp_list_tools`.
-    pub listings: Vec<(String, Vec<McpToolInfo>)>,
+    pub listings: Vec<Listing>,
+}
+
+/// A tool server as its `mcp_list_tools` item shows it.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    pub server_label: String,
+    pub tools: Vec<McpToolInfo>,
+    /// Why the server offers no tools now (an MCP server that is not connected).
+    pub error: Option<String>,
 }
 
 impl ToolSet {
@@ -549,7 +558,14 @@ impl Resolving {
             let source = format!("{path} (tool server '{label}')");
             self.add(tool.name(), source, path, entry)?;
         }
-        self.set.listings.push((label.clone(), listed));
+        let error = (!server.available).then(|| {
+            format!("The MCP server '{label}' is not connected; its tools are unavailable for now.")
+        });
+        self.set.listings.push(Listing {
+            server_label: label.clone(),
+            tools: listed,
+            error,
+        });
         Ok(())
     }
 }

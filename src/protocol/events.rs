@@ -98,6 +98,13 @@ pub enum Event {
         item_id: String,
         output_index: usize,
     },
+    /// The server's tools could not be listed (an MCP server that is not connected): the
+    /// item's `error` says so.
+    #[serde(rename = "response.mcp_list_tools.failed")]
+    McpListToolsFailed {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.mcp_call_arguments.delta")]
     McpCallArgumentsDelta {
         item_id: String,
@@ -178,6 +185,7 @@ impl Event {
             Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
             Event::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
             Event::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
+            Event::McpListToolsFailed { .. } => "response.mcp_list_tools.failed",
             Event::McpCallArgumentsDelta { .. } => "response.mcp_call_arguments.delta",
             Event::McpCallArgumentsDone { .. } => "response.mcp_call_arguments.done",
             Event::McpCallInProgress { .. } => "response.mcp_call.in_progress",

@@ -135,6 +135,8 @@ pub struct ToolServer {
     pub label: String,
     pub tools: Vec<Arc<RegisteredTool>>,
     pub requires_approval: bool,
+    /// False for an MCP server that is not connected (its tools are not known now).
+    pub available: bool,
 }
 
 pub struct ToolRegistry {
@@ -163,6 +165,16 @@ impl Discovered {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn replace(&self, tools: Vec<Arc<RegisteredTool>>, available: bool) {
+        let mut current = self.tools.write().unwrap_or_else(PoisonError::into_inner);
+        *current = Arc::new(ToolServer {
+            label: current.label.clone(),
+            tools,
+            requires_approval: current.requires_approval,
+            available,
+        });
     }
 }
 
@@ -340,13 +352,15 @@ impl ToolRegistry {
                 Err(problem) => problems.push(problem),
             }
         }
-        let mut current = slot.tools.write().unwrap_or_else(PoisonError::into_inner);
-        *current = Arc::new(ToolServer {
-            label: label.to_string(),
-            tools,
-            requires_approval: current.requires_approval,
-        });
+        slot.replace(tools, true);
         problems
+    }
+
+    /// Takes the tools of the MCP server `label` away while it is not connected.
+    pub fn withdraw(&self, label: &str) {
+        if let Some(slot) = self.discovered.get(label) {
+            slot.replace(Vec::new(), false);
+        }
     }
 
     /// Notes that the MCP server `label`'s first connection attempt is over.
@@ -385,6 +399,7 @@ impl ToolRegistryBuilder {
                 label: label.to_string(),
                 tools: Vec::new(),
                 requires_approval: false,
+                available: true,
             });
         self
     }
@@ -419,6 +434,8 @@ impl ToolRegistryBuilder {
                 label: label.to_string(),
                 tools: Vec::new(),
                 requires_approval,
+                // Until it is connected and has listed its tools.
+                available: false,
             },
         );
         Ok(self)

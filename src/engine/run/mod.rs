@@ -16,14 +16,14 @@ use super::control::{RunControl, StopReason};
 use super::executor::{ServerCall, TurnCalls};
 use super::hub::{Inserted, LiveChannel};
 use super::lifecycle::{Ending, StoredEnd, end_stored};
-use super::toolset::{Executor, ToolSet};
+use super::toolset::{Executor, Listing, ToolSet};
 use super::usage::UsageMeter;
 use super::{RunEnd, RunOutcome};
 use crate::config::ToolErrorPolicy;
 use crate::llm::{FinishReason, LlmClient, LlmError, ModelRequest};
 use crate::protocol::events::Event;
 use crate::protocol::ids;
-use crate::protocol::items::{Item, McpToolInfo};
+use crate::protocol::items::Item;
 use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{PendingApproval, PendingCall, PendingWork, Usage};
 use crate::protocol::transcript::Entry;
@@ -124,7 +124,7 @@ pub(super) struct Start {
     /// `response.in_progress`.
     pub resumed: bool,
     /// Tool servers to announce with `mcp_list_tools` (first use in the chain).
-    pub listings: Vec<(String, Vec<McpToolInfo>)>,
+    pub listings: Vec<Listing>,
     /// A new run whose insert is still being committed.
     pub admission: Option<Admission>,
     /// When this execution began, until the model streams its first text or call.
@@ -188,8 +188,8 @@ impl RunTask {
         }
         let response = Box::new(self.out.body.clone());
         self.out.emitter.emit(Event::InProgress { response }).await;
-        for (label, tools) in std::mem::take(&mut self.start.listings) {
-            Box::pin(self.out.list_tools(label, tools)).await;
+        for listing in std::mem::take(&mut self.start.listings) {
+            Box::pin(self.out.list_tools(listing)).await;
         }
 
         let ending = self.turns().await;

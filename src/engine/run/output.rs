@@ -6,11 +6,12 @@ use serde_json::{Value, json};
 
 use super::super::emitter::EventEmitter;
 use super::super::executor::ServerCall;
+use super::super::toolset::Listing;
 use crate::protocol::events::Event;
 use crate::protocol::ids;
 use crate::protocol::items::{
     ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall,
-    McpApprovalRequest, McpCall, McpListTools, McpToolInfo, Message, OutputText, Role, ShellAction,
+    McpApprovalRequest, McpCall, McpListTools, Message, OutputText, Role, ShellAction,
 };
 use crate::protocol::response::{
     CallKind, PendingApproval, PendingCall, PendingFunction, ResponseObject,
@@ -355,13 +356,14 @@ impl Output {
     }
 
     /// Announces a tool server's tools (`mcp_list_tools`).
-    pub async fn list_tools(&mut self, server_label: String, tools: Vec<McpToolInfo>) {
+    pub async fn list_tools(&mut self, shown: Listing) {
         let item_id = ids::new(ids::MCP_LIST_TOOLS);
+        let failed = shown.error.is_some();
         let mut listing = McpListTools {
             id: item_id.clone(),
-            server_label,
-            tools,
-            error: None,
+            server_label: shown.server_label,
+            tools: shown.tools,
+            error: shown.error,
             status: Some(ItemStatus::InProgress),
         };
         let output_index = self.push(Item::McpListTools(listing.clone()));
@@ -372,12 +374,17 @@ impl Output {
                 output_index,
             })
             .await;
-        self.emitter
-            .emit(Event::McpListToolsCompleted {
+        let event = match failed {
+            true => Event::McpListToolsFailed {
                 item_id,
                 output_index,
-            })
-            .await;
+            },
+            false => Event::McpListToolsCompleted {
+                item_id,
+                output_index,
+            },
+        };
+        self.emitter.emit(event).await;
         listing.status = Some(ItemStatus::Completed);
         self.done(output_index, Item::McpListTools(listing)).await;
     }

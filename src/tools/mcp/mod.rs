@@ -507,7 +507,7 @@ async fn supervise(link: Arc<Link>, registry: Arc<ToolRegistry>, stop: Cancellat
             Ok(Ok(connection)) => {
                 let stopped = link.serve(connection, &registry, &stop).await;
                 link.set_peer(None);
-                registry.publish(&link.label, Vec::new());
+                registry.withdraw(&link.label);
                 if stopped {
                     tracing::info!("MCP server disconnected at shutdown");
                     return;
