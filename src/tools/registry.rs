@@ -525,3 +525,94 @@ impl ToolRegistryBuilder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::{ToolContext, ToolOutput, ToolResult};
+
+    struct Named(&'static str, Value);
+
+    #[async_trait]
+    impl ToolHandler for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            "a test tool"
+        }
+        fn parameters(&self) -> Value {
+            self.1.clone()
+        }
+        async fn call(&self, _: ToolContext, _: Value, _: ToolOutput) -> ToolResult {
+            ToolResult::ok("")
+        }
+    }
+
+    fn tool(name: &'static str) -> Arc<dyn ToolHandler> {
+        Arc::new(Named(name, json!({"type": "object"})))
+    }
+
+    fn names(registry: &ToolRegistry, label: &str) -> Vec<String> {
+        let server = registry.server(label).unwrap();
+        server.tools.iter().map(|t| t.name().to_string()).collect()
+    }
+
+    #[test]
+    fn discovered_tools_that_clash_or_have_a_bad_schema_are_left_out_naming_both_sources() {
+        let mut builder = ToolRegistry::builder();
+        builder.register(BUILTIN, tool("calculator")).unwrap();
+        builder.mcp_server("a", false).unwrap();
+        builder.mcp_server("b", true).unwrap();
+        let registry = builder.build();
+        assert!(!registry.server("a").unwrap().available);
+
+        assert_eq!(registry.publish("a", vec![tool("search")]), []);
+        let bad = Arc::new(Named("broken", json!({"type": "no-such-type"})));
+        let problems = registry.publish(
+            "b",
+            vec![tool("search"), tool("calculator"), bad, tool("fetch")],
+        );
+
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems[..2],
+            [
+                r#"tool "search" is defined twice: by tool server "a" and by tool server "b""#,
+                r#"tool "calculator" is defined twice: by tool server "builtin" and by tool server "b""#,
+            ]
+        );
+        assert!(
+            problems[2]
+                .starts_with(r#"tool "broken" of tool server "b" has an invalid parameter schema"#),
+            "{problems:?}"
+        );
+        assert_eq!(names(&registry, "a"), ["search"]);
+        assert_eq!(names(&registry, "b"), ["fetch"]);
+        let b = registry.server("b").unwrap();
+        assert!(b.available && b.requires_approval);
+
+        // A server that goes away takes its tools along; the name is free again.
+        registry.withdraw("a");
+        assert!(!registry.server("a").unwrap().available);
+        assert_eq!(names(&registry, "a"), Vec::<String>::new());
+        assert_eq!(registry.publish("b", vec![tool("search")]), []);
+        assert_eq!(names(&registry, "b"), ["search"]);
+    }
+
+    #[test]
+    fn an_mcp_server_cannot_take_another_servers_label() {
+        let mut builder = ToolRegistry::builder();
+        builder.server(BUILTIN);
+        let error = builder.mcp_server(BUILTIN, false).err().unwrap();
+        assert!(
+            error
+                .to_string()
+                .starts_with(r#"mcp_servers.builtin: the label "builtin" is taken"#),
+            "{error}"
+        );
+    }
+}
