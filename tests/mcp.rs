@@ -140,6 +140,32 @@ async fn everything_over_http() -> (Process, String) {
     panic!("server-everything did not listen on port {port}");
 }
 
+/// The Python server over streamable HTTP on a port of its own, keeping its counts in `dir`;
+/// returns its URL once it listens.
+async fn counter_over_http(dir: &Path) -> (Process, String) {
+    let installed = installed();
+    let port = free_port();
+    let child = std::process::Command::new(&installed.python)
+        .arg(&installed.counter)
+        .args(["--http", &port.to_string()])
+        .env("COUNTER_DIR", dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let process = Process(child);
+    for _ in 0..400 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return (process, format!("http://127.0.0.1:{port}/mcp"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the counter server did not listen on port {port}");
+}
+
 /// The app with `servers` configured, on PostgreSQL when `TEST_DATABASE_URL` is set.
 async fn app_with(
     servers: Vec<(&str, McpServerConfig)>,
@@ -983,4 +1009,39 @@ async fn mcp_calls_cut_by_a_crash_follow_the_same_rules_on_another_instance_on_p
         return;
     };
     a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(&url).await;
+}
+
+#[tokio::test]
+async fn an_http_server_gets_the_configured_headers_with_variables_from_the_environment() {
+    let dir = TempDir::new().unwrap();
+    let (_server, url) = counter_over_http(dir.path()).await;
+    let mut counter = server(Some(url), None, Vec::new());
+    // HOME is set wherever tests run.
+    counter
+        .headers
+        .insert("X-Home".into(), "home is ${HOME}".into());
+    let app = app_with(vec![("counter_http", counter)], |_| {}).await;
+    wait_for_tools(&app, "counter_http", &["header", "count"]).await;
+    app.llm.push(Turn::tool_calls(&[
+        ("c1", "header", r#"{"name": "x-home"}"#),
+        ("c2", "count", r#"{"label": "http"}"#),
+    ]));
+    app.llm.push(Turn::text("Done."));
+
+    let sse = app.stream(&run_with(json!([mcp("counter_http")]))).await;
+
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    let items = done_items(&sse);
+    let home = std::env::var("HOME").unwrap();
+    assert_eq!(
+        call_named(&items, "header")["output"],
+        format!("home is {home}")
+    );
+    assert_eq!(call_named(&items, "count")["output"], "http: call 1");
+    assert_eq!(count(dir.path(), "calls-http"), 1);
 }

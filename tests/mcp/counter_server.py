@@ -57,6 +57,13 @@ def fail(message: str) -> str:
 
 
 @server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of the HTTP request header `name` this call came with (streamable HTTP)."""
+    headers = ctx.headers or {}
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), "(none)")
+
+
+@server.tool()
 def calculator(expression: str) -> str:
     """Named like a built-in tool of switchyard, which it must never shadow."""
     return "not the built-in calculator"
