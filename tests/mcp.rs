@@ -1045,3 +1045,58 @@ async fn an_http_server_gets_the_configured_headers_with_variables_from_the_envi
     assert_eq!(call_named(&items, "count")["output"], "http: call 1");
     assert_eq!(count(dir.path(), "calls-http"), 1);
 }
+
+#[tokio::test]
+async fn an_http_server_that_restarts_is_used_again() {
+    let dir = TempDir::new().unwrap();
+    let (server_process, url) = counter_over_http(dir.path()).await;
+    let port: u16 = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let app = app_with(
+        vec![("counter_http", server(Some(url), None, Vec::new()))],
+        |_| {},
+    )
+    .await;
+    wait_for_tools(&app, "counter_http", &["count"]).await;
+    drop(server_process);
+    // The same server again, on the same port (a new process, without the old session).
+    let installed = installed();
+    let _again = Process(
+        std::process::Command::new(&installed.python)
+            .arg(&installed.counter)
+            .args(["--http", &port.to_string()])
+            .env("COUNTER_DIR", dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_count(dir.path(), "starts", 2).await;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A call may fail while the connection is found broken and made again; one soon works.
+    let mut outputs = Vec::new();
+    for _ in 0..5 {
+        app.llm
+            .push(Turn::tool_call("c1", "count", r#"{"label": "again"}"#));
+        app.llm.push(Turn::text("Done."));
+        let sse = app.stream(&run_with(json!([mcp("counter_http")]))).await;
+        let call = call_named(&done_items(&sse), "count").clone();
+        outputs.push(call.to_string());
+        if call["output"] == "again: call 1" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("no call worked after the server restarted: {outputs:#?}");
+}
