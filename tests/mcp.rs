@@ -1100,3 +1100,29 @@ async fn an_http_server_that_restarts_is_used_again() {
     }
     panic!("no call worked after the server restarted: {outputs:#?}");
 }
+
+#[tokio::test]
+async fn credentials_a_request_sends_for_a_tool_server_are_neither_echoed_nor_stored() {
+    let app = app_with(Vec::new(), |_| {}).await;
+    app.llm.push(Turn::text("Hello."));
+    let body = json!({"model": "gpt-4o-mini", "input": "hi", "tools": [
+        {"type": "mcp", "server_label": "builtin", "require_approval": "never",
+         "server_url": "https://example.com/mcp",
+         "headers": {"Authorization": "Bearer sk-very-secret"}, "authorization": "sk-also-secret"}
+    ]});
+
+    let (status, created) = app.post("/v1/responses", &body).await;
+
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(
+        created["tools"],
+        json!([{"type": "mcp", "server_label": "builtin", "require_approval": "never",
+                "server_url": "https://example.com/mcp"}])
+    );
+    let id = created["id"].as_str().unwrap();
+    let (_, stored) = app.get(&format!("/v1/responses/{id}")).await;
+    let replayed = app.replay(id, "").await;
+    for shown in [stored.to_string(), replayed.raw] {
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+}

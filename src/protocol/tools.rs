@@ -509,17 +509,27 @@ fn depth(value: &Value) -> usize {
 
 /// `tools` as the Response object echoes them: as the request gave them, with every key of a
 /// `function` tool's standard shape present (`description`, `parameters` and `strict` are
-/// `null` when the request left them out; strict clients reject a missing key).
+/// `null` when the request left them out; strict clients reject a missing key). An `mcp`
+/// entry's `headers` and `authorization` (credentials for the server, as the OpenAI API takes
+/// them) are left out: the echo is what is stored, and credentials are never stored or echoed.
+/// (The configuration says how to reach a configured server; its own headers are used.)
 pub fn echo_tools(values: &[Value]) -> Vec<Value> {
     values
         .iter()
         .map(|value| {
             let mut value = value.clone();
-            if let Value::Object(tool) = &mut value
-                && tool.get("type").and_then(Value::as_str) == Some("function")
-            {
-                for key in ["description", "parameters", "strict"] {
-                    tool.entry(key).or_insert(Value::Null);
+            if let Value::Object(tool) = &mut value {
+                match tool.get("type").and_then(Value::as_str) {
+                    Some("function") => {
+                        for key in ["description", "parameters", "strict"] {
+                            tool.entry(key).or_insert(Value::Null);
+                        }
+                    }
+                    Some("mcp") => {
+                        tool.remove("headers");
+                        tool.remove("authorization");
+                    }
+                    _ => {}
                 }
             }
             value
