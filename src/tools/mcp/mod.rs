@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-pub use content::CallResult;
+use content::CallResult;
 
 use super::registry::ToolRegistry;
 use super::{
