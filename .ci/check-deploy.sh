@@ -1251,24 +1251,39 @@ def check_config(info):
         import yaml
         doc = yaml.safe_load(read("docker-compose.yml"))
         active, _ = parse_env_file(".env.example")
-        resolved = interpolate_tree(doc, active)["services"]
     except Exception as e:
         skip(f"compose not readable ({e}): check-config not run")
         return
-    for svc in info.get("replicas") or []:
-        r = resolved[svc]
-        env = {"PATH": os.environ.get("PATH", "")}
-        env.update({k: v for k, v in env_dict(r).items() if v is not None})
-        cmd = as_list(r.get("command"))
-        args = []
-        if "--config" in cmd:
-            src = (info.get("config_files") or {}).get(svc)
-            if not src:
-                continue
-            args = ["--config", os.path.join(ROOT, src)]
-        p = subprocess.run([binary, *args, "check-config"], env=env, capture_output=True, text=True)
-        check(p.returncode == 0, f"{svc}: `switchyard check-config` accepts its file and environment",
-              f"{svc}: check-config: {p.stderr.strip()}")
+    # The .env an operator makes from .env.example: with a provider key filled in, or with the
+    # fake profile's upstream (which needs no key). Both must start. The example left as it is
+    # has no key for OpenAI: that start must stop, with a message that names the variable.
+    setups = [
+        ("with OPENAI_API_KEY set", {**active, "OPENAI_API_KEY": active.get("OPENAI_API_KEY") or "sk-example"}, True),
+        ("with the fake profile's OPENAI_BASE_URL", {**active, "OPENAI_BASE_URL": "http://fake-llm:9001/v1"}, True),
+    ]
+    if not active.get("OPENAI_API_KEY") and not active.get("OPENAI_BASE_URL"):
+        setups.append((".env.example unchanged (no provider key)", dict(active), False))
+    for label, values, should_start in setups:
+        resolved = interpolate_tree(doc, values)["services"]
+        for svc in info.get("replicas") or []:
+            r = resolved[svc]
+            env = {"PATH": os.environ.get("PATH", "")}
+            env.update({k: v for k, v in env_dict(r).items() if v is not None})
+            cmd = as_list(r.get("command"))
+            args = []
+            if "--config" in cmd:
+                src = (info.get("config_files") or {}).get(svc)
+                if not src:
+                    continue
+                args = ["--config", os.path.join(ROOT, src)]
+            p = subprocess.run([binary, *args, "check-config"], env=env, capture_output=True, text=True)
+            if should_start:
+                check(p.returncode == 0, f"{svc} {label}: `switchyard check-config` accepts its file and environment",
+                      f"{svc} {label}: check-config: {p.stderr.strip()}")
+            else:
+                check(p.returncode != 0 and "OPENAI_API_KEY" in p.stderr,
+                      f"{svc} {label}: check-config refuses it and names OPENAI_API_KEY",
+                      f"{svc} {label}: check-config exit {p.returncode}, said: {p.stderr.strip() or p.stdout.strip()}")
 
 # ---------------------------------------------------------------------------------------------
 # --build: the Dockerfile's build stages with the local toolchain

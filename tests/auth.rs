@@ -261,7 +261,11 @@ async fn isolation_matrix(url: &str) {
         ]
     };
     let mut matrix = Vec::new();
-    for id in [&done_id, &paused_id, &asking_id] {
+    for (id, which) in [
+        (&done_id, "finished"),
+        (&paused_id, "paused on a client call"),
+        (&asking_id, "paused on an approval"),
+    ] {
         for ((method, path, body), (_, unknown_path, unknown_body)) in
             reads(id).into_iter().zip(reads(&unknown))
         {
@@ -275,7 +279,7 @@ async fn isolation_matrix(url: &str) {
                     }
                 }
             };
-            let (status, reply) = call(path.clone(), body).await;
+            let (status, reply) = call(path.clone(), body.clone()).await;
             let (unknown_status, unknown_reply) = call(unknown_path, unknown_body).await;
             let scrub = |v: &Value| {
                 v.to_string()
@@ -289,8 +293,17 @@ async fn isolation_matrix(url: &str) {
             );
             assert!(matches!(status, 400 | 404), "{method} {path}: {status}");
             matrix.push(format!(
-                "{method} {}: {status}",
-                path.replace(id.as_str(), "{A's id}")
+                "{method} {} (A's run {which}{}): {status} {}, as for an unknown id",
+                path.replace(id.as_str(), "{A's id}"),
+                if body.is_null() || path.contains(id.as_str()) {
+                    ""
+                } else {
+                    ", named in the body"
+                },
+                reply["error"]["code"]
+                    .as_str()
+                    .or(reply["error"]["type"].as_str())
+                    .unwrap_or("")
             ));
         }
     }
@@ -306,6 +319,9 @@ async fn isolation_matrix(url: &str) {
         (status, reply["error"]["param"].as_str()),
         (400, Some("input[1].id"))
     );
+    matrix.push(format!(
+        "POST /v1/responses with an item_reference to A's message: {status}, param input[1].id"
+    ));
     app.llm.push(Turn::text("B's answer"));
     let (status, reply) = b
         .post(
@@ -322,6 +338,10 @@ async fn isolation_matrix(url: &str) {
             {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": true}]}))
         .await;
     assert_eq!(status, 400, "A's approval request is unknown to B: {reply}");
+    matrix.push(format!(
+        "POST /v1/responses replaying an approval of A's request: {status} ({})",
+        reply["error"]["message"].as_str().unwrap_or("")
+    ));
     // ... and none of it touched A's runs.
     let (_, a_paused) = a.get(&format!("/v1/responses/{paused_id}")).await;
     assert!(a_paused["required_action"].is_object(), "{a_paused}");
@@ -365,6 +385,8 @@ async fn isolation_matrix(url: &str) {
     };
     let error: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(error["error"]["code"], "previous_response_not_found");
+    matrix.push("the same Idempotency-Key from A and B: two runs, each its own".to_string());
+    matrix.push("WebSocket response.create with A's previous_response_id: error previous_response_not_found".to_string());
     eprintln!("isolation matrix ({url}):\n{}", matrix.join("\n"));
 }
 

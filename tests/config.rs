@@ -206,7 +206,20 @@ fn a_file_that_is_not_toml_is_refused_with_the_line_at_fault() {
     let file = file("[server\nport = 1\n");
     let stderr = refused(Some(&file), &[]);
     assert_line(&stderr, "error: TOML parse error at line 1, column 8");
-    assert!(stderr.contains(&file.path), "{stderr}");
+    assert!(stderr.contains(&format!(" in {}", file.path)), "{stderr}");
+    // From the folder above the file's, where a path relative to the working directory would
+    // be shorter: the file is still named as it was given.
+    let above = std::path::Path::new(&file.path).ancestors().nth(2).unwrap();
+    let outcome =
+        run(switchyard()
+            .current_dir(above)
+            .args(["--config", &file.path, "check-config"]));
+    assert_eq!(outcome.code, 2, "{}", outcome.stderr);
+    assert!(
+        outcome.stderr.contains(&format!(" in {}", file.path)),
+        "{}",
+        outcome.stderr
+    );
 }
 
 #[test]

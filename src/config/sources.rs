@@ -123,7 +123,7 @@ pub(super) fn extract(figment: &Figment) -> Result<Config, Vec<String>> {
     let origin = Origin::of(figment.clone());
     let mut values = figment
         .find_value("")
-        .map_err(|e| e.into_iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+        .map_err(|e| e.into_iter().map(|e| unreadable(&e)).collect::<Vec<_>>())?;
     let defaults = Figment::from(Toml::string(DEFAULT_TOML))
         .find_value("")
         .ok();
@@ -157,6 +157,15 @@ pub(super) fn extract(figment: &Figment) -> Result<Config, Vec<String>> {
         }
     }
     Err(problems)
+}
+
+/// A source that could not be read (a file that is not TOML), naming the file as it was given:
+/// figment's own message shows it relative to the working directory when that is shorter.
+fn unreadable(error: &figment::Error) -> String {
+    match error.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+        Some(Source::File(file)) => format!("{} in {}", error.kind, file.display()),
+        _ => error.to_string(),
+    }
 }
 
 /// One message for one problem serde found.
