@@ -497,6 +497,26 @@ async fn structured_content_is_the_calls_data_an_image_a_placeholder_and_a_resou
 }
 
 #[tokio::test]
+async fn tools_listed_over_several_pages_are_all_offered() {
+    let dir = TempDir::new().unwrap();
+    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+
+    wait_for_tools(
+        &app,
+        "counter",
+        &["count", "wait", "fail", "header", "grow"],
+    )
+    .await;
+
+    // Two tools a page.
+    assert!(
+        count(dir.path(), "list-pages") >= 4,
+        "{}",
+        count(dir.path(), "list-pages")
+    );
+}
+
+#[tokio::test]
 async fn an_error_result_is_a_tool_error_the_model_sees() {
     let dir = TempDir::new().unwrap();
     let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;

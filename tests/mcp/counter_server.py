@@ -1,7 +1,7 @@
 """An MCP server for tests/mcp.rs, written with the official Python SDK (`mcp` from PyPI; its
-high-level server, FastMCP, is called MCPServer since mcp 2). It keeps what it saw in files
-under $COUNTER_DIR, so that a test can tell how often a tool ran (across restarts), whether a
-call was cancelled, and which process to kill.
+high-level server, FastMCP, is called MCPServer since mcp 2). It lists its tools two at a time
+(pagination) and keeps what it saw in files under $COUNTER_DIR, so that a test can tell how
+often a tool ran (across restarts), whether a call was cancelled, and which process to kill.
 
     python counter_server.py            # stdio
     python counter_server.py --http PORT
@@ -14,11 +14,25 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ListToolsResult
 
 state = Path(os.environ["COUNTER_DIR"])
 state.mkdir(parents=True, exist_ok=True)
 
-server = MCPServer("counter")
+class PagedServer(MCPServer):
+    """Lists its tools two at a time (`nextCursor`), as a server with many tools may."""
+
+    async def _handle_list_tools(self, ctx, params):
+        tools = await self.list_tools()
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        end = start + 2
+        bump("list-pages")
+        return ListToolsResult(
+            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        )
+
+
+server = PagedServer("counter")
 
 
 def bump(name: str) -> int:
