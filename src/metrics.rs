@@ -29,6 +29,8 @@ const STORED_RUNS: &str = "switchyard_stored_runs";
 const WRITER_BATCH: &str = "switchyard_event_writer_batch_size";
 const WRITER_COMMIT: &str = "switchyard_event_writer_commit_seconds";
 const TOKENS: &str = "switchyard_tokens_total";
+const MCP_SERVER_UP: &str = "switchyard_mcp_server_up";
+const MCP_SERVER_TOOLS: &str = "switchyard_mcp_server_tools";
 
 /// Seconds, from a millisecond to a minute: requests and tool calls.
 const SHORT: &[f64] = &[
@@ -197,6 +199,14 @@ fn describe() {
     );
     describe_histogram!(WRITER_COMMIT, Unit::Seconds, "Event-writer commit latency");
     describe_counter!(TOKENS, "Tokens used, by model and kind (input, output)");
+    describe_gauge!(
+        MCP_SERVER_UP,
+        "Whether this instance is connected to a configured MCP server (1) or not (0), by server"
+    );
+    describe_gauge!(
+        MCP_SERVER_TOOLS,
+        "Tools of a configured MCP server offered now, by server (0 while it is not connected)"
+    );
 }
 
 /// Folds histogram samples into their buckets: called every few seconds, so that memory
@@ -214,6 +224,19 @@ pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
         .increment(1);
     histogram!(HTTP_DURATION, "method" => method, "route" => route.to_string())
         .record(took.as_secs_f64());
+}
+
+/// Whether this instance is connected to the MCP server `server`.
+pub fn mcp_server_connected(server: &str, connected: bool) {
+    gauge!(MCP_SERVER_UP, "server" => server.to_string()).set(f64::from(u8::from(connected)));
+    if !connected {
+        mcp_server_tools(server, 0);
+    }
+}
+
+/// How many of the MCP server `server`'s tools are offered now.
+pub fn mcp_server_tools(server: &str, tools: usize) {
+    gauge!(MCP_SERVER_TOOLS, "server" => server.to_string()).set(tools as f64);
 }
 
 /// A run's execution started here.

@@ -497,6 +497,56 @@ async fn structured_content_is_the_calls_data_an_image_a_placeholder_and_a_resou
 }
 
 #[tokio::test]
+async fn an_mcp_servers_state_is_in_the_metrics() {
+    let dir = TempDir::new().unwrap();
+    let absent = server(
+        Some(format!("http://127.0.0.1:{}/mcp", free_port())),
+        None,
+        Vec::new(),
+    );
+    let app = app_with(
+        vec![
+            ("metered", counter_over_stdio(dir.path())),
+            ("metered_absent", absent),
+        ],
+        |_| {},
+    )
+    .await;
+    wait_for_tools(&app, "metered", &["count"]).await;
+
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    for (line, expected) in [
+        (r#"switchyard_mcp_server_up{server="metered"}"#, "1"),
+        (r#"switchyard_mcp_server_up{server="metered_absent"}"#, "0"),
+        (
+            r#"switchyard_mcp_server_tools{server="metered_absent"}"#,
+            "0",
+        ),
+    ] {
+        let value = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .unwrap_or_else(|| panic!("no {line} in\n{metrics}"));
+        assert_eq!(value.trim(), expected, "{line}");
+    }
+    let tools = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"switchyard_mcp_server_tools{server="metered"}"#))
+        .unwrap();
+    // count, wait, fail, header, grow (calculator clashes with builtin, broken has a bad schema)
+    assert_eq!(tools.trim(), "5");
+}
+
+#[tokio::test]
 async fn tools_listed_over_several_pages_are_all_offered() {
     let dir = TempDir::new().unwrap();
     let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;

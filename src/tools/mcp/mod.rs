@@ -73,6 +73,7 @@ impl McpServers {
             install_tls_provider();
         }
         for (label, settings) in &config.mcp_servers {
+            crate::metrics::mcp_server_connected(label, false);
             let span = tracing::info_span!("mcp_server", label = %label);
             match Link::new(label, settings, servers.tasks.clone()) {
                 Ok(link) => {
@@ -269,6 +270,7 @@ impl Link {
             );
         }
         self.set_peer(Some(peer.clone()));
+        crate::metrics::mcp_server_connected(&self.label, true);
         let cancel = connection.cancellation_token();
         let mut ended = std::pin::pin!(connection.waiting());
         self.refresh(&peer, registry).await;
@@ -371,6 +373,7 @@ impl Link {
         let offered = registry
             .server(&self.label)
             .map_or(0, |server| server.tools.len());
+        crate::metrics::mcp_server_tools(&self.label, offered);
         tracing::info!(
             tools = offered,
             skipped = problems.len(),
@@ -508,6 +511,7 @@ async fn supervise(link: Arc<Link>, registry: Arc<ToolRegistry>, stop: Cancellat
                 let stopped = link.serve(connection, &registry, &stop).await;
                 link.set_peer(None);
                 registry.withdraw(&link.label);
+                crate::metrics::mcp_server_connected(&link.label, false);
                 if stopped {
                     tracing::info!("MCP server disconnected at shutdown");
                     return;
