@@ -167,21 +167,26 @@ impl Application {
             ),
             limits: config.limits.clone(),
         };
-        // Connecting to MCP servers and listing their tools happens in the background: a
-        // slow or absent server does not hold up the start.
-        let mcp = McpServers::start(&config, registry.clone());
         let engine = Engine::new(store.clone(), hub, models, registry.clone(), settings);
         // One process serves an SQLite file (it holds the lock), so whatever it finds
         // running was left by a previous process.
-        let recovered = engine
-            .recover_abandoned(store.backend() == Backend::Sqlite)
-            .await?;
-        if recovered > 0 {
-            tracing::warn!(
-                runs = recovered,
-                "took over runs left unfinished by a previous process"
-            );
-        }
+        let everything = store.backend() == Backend::Sqlite;
+        // With MCP servers, the runs left behind are taken over once the servers have listed
+        // their tools (in the background, after the listener is bound), so that they go on
+        // with those tools; without, at once.
+        let left = match config.mcp_servers.is_empty() {
+            true => {
+                let recovered = engine.recover_abandoned(everything).await?;
+                if recovered > 0 {
+                    tracing::warn!(
+                        runs = recovered,
+                        "took over runs left unfinished by a previous process"
+                    );
+                }
+                None
+            }
+            false => Some(engine.abandoned(everything).await?),
+        };
         engine.start_maintenance();
 
         let address = format!("{}:{}", config.server.host, config.server.port);
@@ -189,6 +194,12 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {address}"))?;
         let addr = listener.local_addr()?;
+        // Connecting to MCP servers and listing their tools happens in the background: a
+        // slow or absent server does not hold up the start.
+        let mcp = McpServers::start(&config, registry.clone());
+        if let Some((ids, now)) = left.filter(|(ids, _)| !ids.is_empty()) {
+            engine.recover_after_discovery(ids, now);
+        }
         let stopping: Arc<std::sync::atomic::AtomicBool> = Arc::default();
         let open = config.auth.mode == AuthMode::Open;
         if open {

@@ -439,6 +439,14 @@ impl Check<'_> {
                 }
             }
             self.header_values(&path("headers"), &server.headers, true);
+            for name in server.headers.keys() {
+                let reserved = ["accept", "mcp-session-id", "last-event-id"];
+                if reserved.contains(&name.to_ascii_lowercase().as_str()) {
+                    let mut key = path("headers");
+                    key.push(name.clone());
+                    self.error(&key, "is set by the MCP transport itself");
+                }
+            }
             self.header_values(&path("env"), &server.env, false);
             if server.timeout_ms == Some(0) {
                 self.error(

@@ -397,11 +397,14 @@ fn events(
     Box::pin(stream.map(|event| event.map_err(EngineError::from)))
 }
 
-/// Tool servers already announced (`mcp_list_tools`) among these items.
+/// Tool servers already announced (`mcp_list_tools`) among these items. A listing that
+/// failed (an MCP server that was not connected) announced nothing: the server is listed again.
 fn announced<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'a str> {
     items
         .filter_map(|item| match item {
-            Item::McpListTools(listing) => Some(listing.server_label.as_str()),
+            Item::McpListTools(listing) if listing.error.is_none() => {
+                Some(listing.server_label.as_str())
+            }
             _ => None,
         })
         .collect()

@@ -23,7 +23,8 @@ use crate::time::UnixMillis;
 /// Events read per query while rebuilding a log.
 const PAGE: u32 = 1000;
 
-/// How long a run taken over waits at most for the MCP servers to list their tools.
+/// How long the runs a previous process left wait at most, after a start, for the MCP servers
+/// to list their tools before they are taken over.
 const DISCOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const INTERRUPTED: &str =
@@ -81,22 +82,65 @@ impl Engine {
     /// it did not start itself was left by a previous process). A run that cannot be
     /// continued is failed.
     pub async fn recover_abandoned(&self, everything: bool) -> Result<usize, EngineError> {
+        let (ids, now) = self.abandoned(everything).await?;
+        self.recover_all(ids, now).await
+    }
+
+    /// The runs [`Engine::recover_abandoned`] would take over now, and the time they count
+    /// as abandoned before.
+    pub async fn abandoned(
+        &self,
+        everything: bool,
+    ) -> Result<(Vec<String>, UnixMillis), EngineError> {
         let now = if everything {
             UnixMillis::MAX
         } else {
             UnixMillis::now()
         };
         let stale = self.inner.store.stale_runs(now).await?;
+        let ids = stale
+            .into_iter()
+            .map(|run| run.body.id)
+            .filter(|id| !self.inner.live.contains(id))
+            .collect();
+        Ok((ids, now))
+    }
+
+    async fn recover_all(&self, ids: Vec<String>, now: UnixMillis) -> Result<usize, EngineError> {
         let mut taken = 0;
-        for run in stale {
-            if self.inner.live.contains(&run.body.id) {
-                continue;
-            }
-            if self.recover(&run.body.id, now).await? {
+        for id in ids {
+            if self.recover(&id, now).await? {
                 taken += 1;
             }
         }
         Ok(taken)
+    }
+
+    /// Takes over the runs a previous process left (`ids`, from [`Engine::abandoned`]) in the
+    /// background, once every MCP server has listed its tools or failed to (at most
+    /// `DISCOVERY_WAIT`): a run taken over goes on with the tools it is offered then, and the
+    /// start does not wait for slow servers. The runs stay unclaimed meanwhile.
+    pub fn recover_after_discovery(&self, ids: Vec<String>, now: UnixMillis) {
+        let engine = self.clone();
+        self.inner.maintenance.spawn(async move {
+            let settled = engine.inner.registry.discovery_settled();
+            tokio::select! {
+                _ = engine.inner.stop_maintenance.cancelled() => return,
+                waited = tokio::time::timeout(DISCOVERY_WAIT, settled) => {
+                    if waited.is_err() {
+                        tracing::warn!("taking runs over before every MCP server has listed its tools");
+                    }
+                }
+            }
+            match engine.recover_all(ids, now).await {
+                Ok(0) => {}
+                Ok(runs) => tracing::warn!(
+                    runs,
+                    "took over runs left unfinished by a previous process"
+                ),
+                Err(e) => tracing::error!(error = %e, "cannot take over the runs a previous process left"),
+            }
+        });
     }
 
     /// Takes over one run whose lease ran out before `now`; false when another instance got
@@ -167,16 +211,6 @@ impl Engine {
             transcript,
             ..run
         };
-        // The run goes on with the tools it is offered now. MCP servers connect in the
-        // background after a start: wait for their first attempts (each bounded by its
-        // startup timeout), so that a run taken over at start is offered their tools as before
-        // and a read-only call asked for again can run.
-        if tokio::time::timeout(DISCOVERY_WAIT, self.inner.registry.discovery_settled())
-            .await
-            .is_err()
-        {
-            tracing::warn!(response_id = %id, "taking the run over before every MCP server has listed its tools");
-        }
         let loaded = match self
             .load(
                 &run.tenant_id,

@@ -504,7 +504,9 @@ impl Resolving {
         };
         let allowed = mcp.allowed_tools.as_ref().and_then(|a| a.names());
         for name in allowed.into_iter().flatten() {
-            if !server.tools.iter().any(|t| t.name() == name) {
+            // An MCP server that is not connected has no tools to check against now: its
+            // listing says so, and the request is not the client's mistake.
+            if server.available && !server.tools.iter().any(|t| t.name() == name) {
                 return Err(FieldError::new(
                     format!("{path}.allowed_tools"),
                     format!("Tool server '{label}' has no tool '{name}'."),
@@ -558,9 +560,7 @@ impl Resolving {
             let source = format!("{path} (tool server '{label}')");
             self.add(tool.name(), source, path, entry)?;
         }
-        let error = (!server.available).then(|| {
-            format!("The MCP server '{label}' is not connected; its tools are unavailable for now.")
-        });
+        let error = (!server.available).then(|| crate::tools::mcp::not_connected(label));
         self.set.listings.push(Listing {
             server_label: label.clone(),
             tools: listed,

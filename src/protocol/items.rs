@@ -568,8 +568,10 @@ pub struct AdditionalTools {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    /// Entries as in a request's `tools`, kept as given.
+    /// Entries as in a request's `tools`, kept as given but for the credentials of `mcp`
+    /// entries, which are never kept.
     #[schema(value_type = Vec<super::tools::ToolEntry>)]
+    #[serde(deserialize_with = "super::tools::without_credentials")]
     pub tools: Vec<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,

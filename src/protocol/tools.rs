@@ -525,16 +525,36 @@ pub fn echo_tools(values: &[Value]) -> Vec<Value> {
                             tool.entry(key).or_insert(Value::Null);
                         }
                     }
-                    Some("mcp") => {
-                        tool.remove("headers");
-                        tool.remove("authorization");
-                    }
+                    Some("mcp") => scrub_credentials(tool),
                     _ => {}
                 }
             }
             value
         })
         .collect()
+}
+
+/// Takes the credentials for a tool server (`headers`, `authorization`) out of an `mcp`
+/// entry. Every entry that is stored or echoed goes through it: a request's `tools` (their
+/// echo) and an `additional_tools` input item's (as it is read).
+fn scrub_credentials(tool: &mut serde_json::Map<String, Value>) {
+    tool.remove("headers");
+    tool.remove("authorization");
+}
+
+/// Tool entries as read, each `mcp` entry without its credentials.
+pub fn without_credentials<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<Value>, D::Error> {
+    let mut tools = <Vec<Value> as serde::Deserialize>::deserialize(deserializer)?;
+    for tool in &mut tools {
+        if let Value::Object(tool) = tool
+            && tool.get("type").and_then(Value::as_str) == Some("mcp")
+        {
+            scrub_credentials(tool);
+        }
+    }
+    Ok(tools)
 }
 
 /// `tool_choice`.

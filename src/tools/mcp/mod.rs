@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
@@ -30,7 +31,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -109,6 +110,11 @@ impl Drop for McpServers {
     }
 }
 
+/// What a client and the model are told of an MCP server that is not connected.
+pub fn not_connected(label: &str) -> String {
+    format!("The MCP server '{label}' is not connected; its tools are unavailable for now.")
+}
+
 /// reqwest 0.13 (under rmcp) is built without a TLS crypto provider of its own, to use the
 /// `ring` one the rest of the service already builds; it has to be the process's default.
 pub fn install_tls_provider() {
@@ -143,8 +149,9 @@ impl Endpoint {
                     let value = expand("header", name, value)?;
                     let name = HeaderName::from_bytes(name.as_bytes())
                         .map_err(|_| format!("{name:?} is not a valid header name"))?;
-                    let value = HeaderValue::from_str(&value)
+                    let mut value = HeaderValue::from_str(&value)
                         .map_err(|_| format!("the value of header {name} is not valid"))?;
+                    value.set_sensitive(true);
                     headers.insert(name, value);
                 }
                 Ok(Endpoint::Http {
@@ -224,6 +231,10 @@ impl Link {
             Endpoint::Command { program, args, env } => {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args).envs(env);
+                // Its own process group, so that stopping it stops what it started (`npx`
+                // runs node); killed when dropped, so that no server outlives the service.
+                let mut command = CommandWrap::from(command);
+                command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
                 let (transport, stderr) = TokioChildProcess::builder(command)
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -295,7 +306,8 @@ impl Link {
         {
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot list the MCP server's tools");
+                let error = crate::redact::urls_in(&e.to_string()).into_owned();
+                tracing::warn!(error, "cannot list the MCP server's tools");
                 return;
             }
             Err(_) => {
@@ -392,10 +404,7 @@ impl Link {
         let Some(peer) = self.peer() else {
             return ToolResult::failure(
                 ToolErrorKind::Transport { status: None },
-                format!(
-                    "The MCP server '{}' is not connected; its tools are unavailable for now.",
-                    self.label
-                ),
+                not_connected(&self.label),
             );
         };
         let mut params = CallToolRequestParams::new(name.to_string());
@@ -486,11 +495,53 @@ fn is_callable_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// Logs what a command writes to stderr, line by line.
+/// Reads past the end of the current line without keeping it; false at the end of the stream.
+async fn skip_line(stderr: &mut tokio::io::BufReader<tokio::process::ChildStderr>) -> bool {
+    loop {
+        let Ok(buffer) = stderr.fill_buf().await else {
+            return false;
+        };
+        if buffer.is_empty() {
+            return false;
+        }
+        match buffer.iter().position(|b| *b == b'\n') {
+            Some(at) => {
+                stderr.consume(at + 1);
+                return true;
+            }
+            None => {
+                let all = buffer.len();
+                stderr.consume(all);
+            }
+        }
+    }
+}
+
+/// The longest stderr line logged whole; the rest of a longer one is dropped.
+const STDERR_LINE: usize = 8 * 1024;
+
+/// Logs what a command writes to stderr, line by line (not UTF-8 is no reason to stop
+/// reading: a server whose stderr is not read any more blocks or dies of SIGPIPE).
 async fn log_stderr(stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(stderr = %line, "MCP server wrote to stderr");
+    let mut stderr = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // At most STDERR_LINE bytes of a line, then the rest of it skipped.
+        let read = (&mut stderr)
+            .take(STDERR_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') && line.len() >= STDERR_LINE && !skip_line(&mut stderr).await
+        {
+            return;
+        }
+        let text = String::from_utf8_lossy(&line);
+        tracing::info!(stderr = %text.trim_end(), "MCP server wrote to stderr");
     }
 }
 
@@ -662,7 +713,10 @@ impl Drop for Abandoned {
             );
             match peer.notify_cancelled(notice).await {
                 Ok(()) => tracing::info!(mcp_server = %label, "MCP call cancelled at the server"),
-                Err(e) => tracing::warn!(mcp_server = %label, error = %e, "cannot cancel an MCP call at the server"),
+                Err(e) => {
+                    let error = crate::redact::urls_in(&e.to_string()).into_owned();
+                    tracing::warn!(mcp_server = %label, error, "cannot cancel an MCP call at the server")
+                }
             }
         });
     }
