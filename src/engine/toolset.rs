@@ -252,12 +252,7 @@ fn hosted_choice(registry: &ToolRegistry, choice: &ToolChoice) -> Result<ToolCho
 
 /// Function names as the chat API accepts them.
 fn check_name(name: &str, param: &str) -> Result<(), FieldError> {
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if valid {
+    if crate::tools::is_callable_name(name) {
         Ok(())
     } else {
         Err(FieldError::new(

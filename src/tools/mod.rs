@@ -17,6 +17,15 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+/// Whether the chat API takes `name` for a function: 1 to 64 letters, digits, `_` or `-`.
+pub fn is_callable_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// Who executes a tool's calls (a setting of configured tools too).
 pub use crate::config::ToolKind;
 

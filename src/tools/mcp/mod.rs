@@ -284,8 +284,9 @@ impl Link {
         crate::metrics::mcp_server_connected(&self.label, true);
         let cancel = connection.cancellation_token();
         let mut ended = std::pin::pin!(connection.waiting());
-        self.refresh(&peer, registry).await;
-        registry.settle(&self.label);
+        // The first listing, then one after each notice that the tools changed; a stop is
+        // heard while listing too.
+        let mut listing = true;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => {
@@ -294,7 +295,11 @@ impl Link {
                     return true;
                 }
                 _ = &mut ended => return false,
-                _ = self.list_changed.notified() => self.refresh(&peer, registry).await,
+                _ = self.refresh(&peer, registry), if listing => {
+                    listing = false;
+                    registry.settle(&self.label);
+                }
+                _ = self.list_changed.notified(), if !listing => listing = true,
             }
         }
     }
@@ -350,7 +355,7 @@ impl Link {
             if allowed.is_some_and(|names| !names.contains(&name)) {
                 continue;
             }
-            if !is_callable_name(&name) {
+            if !super::is_callable_name(&name) {
                 tracing::warn!(
                     "tool {name:?} of tool server {:?} is left out: a model calls tools by names of 1 to 64 letters, digits, underscores or dashes",
                     self.label
@@ -484,15 +489,6 @@ fn progress_text(progress: &ProgressNotificationParam) -> String {
     }
     text.push('\n');
     text
-}
-
-/// Names the chat API takes for functions.
-fn is_callable_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Reads past the end of the current line without keeping it; false at the end of the stream.
