@@ -38,7 +38,7 @@ pub enum Sink {
 /// in the same process).
 pub fn init(sink: Sink) -> Result<(), TryInitError> {
     let default = match sink {
-        Sink::Stdout | Sink::Stderr => "info,sqlx=warn",
+        Sink::Stdout | Sink::Stderr => "info,sqlx=warn,rmcp=off",
         Sink::Tests => "off",
     };
     let directives = std::env::var("RUST_LOG")
