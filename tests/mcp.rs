@@ -44,14 +44,33 @@ fn installed() -> Installed {
         python: cache.join("venv/bin/python"),
         counter: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/counter_server.py"),
     };
-    for path in [&installed.everything, &installed.python] {
-        assert!(
-            path.exists(),
-            "{} is missing: run `bash tests/mcp/setup.sh` first",
-            path.display()
-        );
+    if [&installed.everything, &installed.python]
+        .iter()
+        .any(|path| !path.exists())
+    {
+        set_up();
     }
     installed
+}
+
+/// Installs the servers (`tests/mcp/setup.sh`, pinned versions from npm and PyPI) the first
+/// time a test of this binary finds them missing, so that `cargo test` alone is enough.
+fn set_up() {
+    static SETUP: std::sync::Once = std::sync::Once::new();
+    SETUP.call_once(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/setup.sh");
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{} failed:\n{}{}",
+            script.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
 }
 
 fn server(url: Option<String>, command: Option<String>, args: Vec<String>) -> McpServerConfig {
