@@ -82,6 +82,10 @@ impl Engine {
         let inner = &self.inner;
         let mut tick = tokio::time::interval(inner.settings.sweep_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Runs found abandoned are taken over only once the MCP servers have listed their
+        // tools (or `DISCOVERY_WAIT` has passed), so that a turn asked again is offered them.
+        let started = tokio::time::Instant::now();
+        let mut discovered = false;
         loop {
             tokio::select! {
                 _ = inner.stop_maintenance.cancelled() => break,
@@ -90,7 +94,11 @@ impl Engine {
             if let Err(e) = self.renew_leases().await {
                 tracing::warn!(error = %e, "lease renewal failed");
             }
-            if !inner.runs.is_closed()
+            discovered = discovered
+                || inner.registry.discovery_is_settled()
+                || started.elapsed() >= super::recovery::DISCOVERY_WAIT;
+            if discovered
+                && !inner.runs.is_closed()
                 && let Err(e) = self.recover_abandoned(false).await
             {
                 tracing::warn!(error = %e, "sweep for abandoned runs failed");

@@ -25,7 +25,7 @@ const PAGE: u32 = 1000;
 
 /// How long the runs a previous process left wait at most, after a start, for the MCP servers
 /// to list their tools before they are taken over.
-const DISCOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+pub(super) const DISCOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 const INTERRUPTED: &str =
     "The call was interrupted: the instance running it stopped. It was not run again.";

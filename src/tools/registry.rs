@@ -370,6 +370,12 @@ impl ToolRegistry {
         }
     }
 
+    /// Whether every MCP server's first connection attempt is over (see
+    /// [`ToolRegistry::discovery_settled`]).
+    pub fn discovery_is_settled(&self) -> bool {
+        self.discovered.values().all(|slot| *slot.settled.borrow())
+    }
+
     /// Waits until every MCP server's first connection attempt is over: its tools are listed,
     /// or it could not be reached. (Each attempt is bounded by the server's
     /// `startup_timeout_ms`.)
