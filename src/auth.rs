@@ -59,6 +59,10 @@ pub struct ApiKey {
     pub policy: KeyPolicy,
 }
 
+/// The entry of a key's `tool_servers` list that lets it name MCP servers by URL (it cannot be
+/// a configured label: validation refuses it as one).
+pub const REQUEST_SERVERS: &str = "@request";
+
 /// What a key may do. Absent lists allow everything.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -91,6 +95,13 @@ impl KeyPolicy {
         self.tool_servers
             .as_ref()
             .is_none_or(|servers| servers.iter().any(|s| s == label))
+    }
+
+    /// Whether the key may name MCP servers by URL in its requests: with a `tool_servers`
+    /// list, only when it holds [`REQUEST_SERVERS`] (the operator's `[tools.request_mcp]`
+    /// decides first).
+    pub fn allows_request_servers(&self) -> bool {
+        self.allows_server(REQUEST_SERVERS)
     }
 
     pub fn allows_tool(&self, name: &str) -> bool {

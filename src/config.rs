@@ -64,6 +64,9 @@ pub struct ToolsConfig {
     /// What a failed server tool call does: `report` it to the model, or `fail` the run.
     pub on_error: ToolErrorPolicy,
     pub fetch_url: FetchUrlConfig,
+    /// MCP servers a request names by `server_url` (off unless hosts are listed).
+    #[serde(default)]
+    pub request_mcp: RequestMcpConfig,
     /// Hosted tool types requests may carry (`web_search`, …) and the tool server that runs
     /// each; unmapped ones are left out of what the model sees.
     #[serde(default)]
@@ -90,6 +93,23 @@ pub struct FetchUrlConfig {
     pub allow_private: bool,
     pub max_bytes: usize,
     pub timeout_ms: u64,
+}
+
+/// MCP servers named in a request (`{"type":"mcp","server_label","server_url",…}`): refused
+/// unless the URL's host is listed here, and never on a private, loopback or link-local
+/// address unless `allow_private` (the checks of `fetch_url`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestMcpConfig {
+    /// Hosts a request may name (`mcp.example.com`, or `.example.org` for it and its
+    /// subdomains); empty (the default): requests cannot name servers.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    #[serde(default)]
+    pub allow_private: bool,
+    /// How long connecting and listing the tools may take before the server's listing fails.
+    #[serde(default = "mcp_startup_timeout_ms")]
+    pub startup_timeout_ms: u64,
 }
 
 /// A tool server's settings; with `tools`, an HTTP tool server whose tools are each backed

@@ -49,7 +49,8 @@ enum KeysCommand {
         /// A label to recognise the key by.
         #[arg(long)]
         name: String,
-        /// Tool servers the key may use (comma-separated; all when left out).
+        /// Tool servers the key may use (comma-separated; all when left out); `@request` lets it
+        /// name MCP servers by URL where `[tools.request_mcp]` allows their host.
         #[arg(long, value_delimiter = ',')]
         tool_servers: Option<Vec<String>>,
         /// Server tools the key may not use (comma-separated, e.g. fetch_url).

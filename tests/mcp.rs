@@ -1253,7 +1253,6 @@ async fn credentials_a_request_sends_for_a_tool_server_are_neither_echoed_nor_st
     app.llm.push(Turn::text("Hello."));
     let body = json!({"model": "gpt-4o-mini", "input": "hi", "tools": [
         {"type": "mcp", "server_label": "builtin", "require_approval": "never",
-         "server_url": "https://example.com/mcp",
          "headers": {"Authorization": "Bearer sk-very-secret"}, "authorization": "sk-also-secret"}
     ]});
 
@@ -1262,8 +1261,7 @@ async fn credentials_a_request_sends_for_a_tool_server_are_neither_echoed_nor_st
     assert_eq!(status, 200, "{created}");
     assert_eq!(
         created["tools"],
-        json!([{"type": "mcp", "server_label": "builtin", "require_approval": "never",
-                "server_url": "https://example.com/mcp"}])
+        json!([{"type": "mcp", "server_label": "builtin", "require_approval": "never"}])
     );
     let id = created["id"].as_str().unwrap();
     let (_, stored) = app.get(&format!("/v1/responses/{id}")).await;
@@ -1289,5 +1287,238 @@ async fn credentials_a_request_sends_for_a_tool_server_are_neither_echoed_nor_st
     let (_, stored) = app.get(&format!("/v1/responses/{next}")).await;
     for shown in [items.to_string(), stored.to_string()] {
         assert!(!shown.contains("secret"), "{shown}");
+    }
+}
+
+/// The app with servers named in requests allowed for `hosts` (`allow_private` for the
+/// loopback servers of the tests).
+async fn app_naming(hosts: &[&str], allow_private: bool) -> TestApp {
+    let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    app_with(Vec::new(), move |config| {
+        config.tools.request_mcp.allowed_hosts = hosts;
+        config.tools.request_mcp.allow_private = allow_private;
+    })
+    .await
+}
+
+fn named(label: &str, url: &str) -> Value {
+    json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
+}
+
+#[tokio::test]
+async fn servers_named_in_a_request_are_refused_unless_the_operator_lists_their_host() {
+    let (_http, url) = everything_over_http().await;
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp");
+    let cases = [
+        // Off by default.
+        (
+            Vec::new(),
+            true,
+            url.clone(),
+            "are not enabled on this service",
+        ),
+        (
+            vec!["mcp.example.com"],
+            true,
+            url.clone(),
+            "The host '127.0.0.1' is not in the allowed list.",
+        ),
+        // Listed, but loopback: a name that resolves to it, an IP literal, IPv4 in IPv6.
+        (
+            vec!["localhost"],
+            false,
+            format!("http://localhost:{port}/mcp"),
+            "is private, loopback or link-local; connecting to it is not allowed.",
+        ),
+        (
+            vec!["127.0.0.1"],
+            false,
+            url.clone(),
+            "The address 127.0.0.1 of '127.0.0.1' is private, loopback or link-local",
+        ),
+        (
+            vec!["::ffff:7f00:1"],
+            false,
+            format!("http://[::ffff:127.0.0.1]:{port}/mcp"),
+            "is private, loopback or link-local",
+        ),
+        (
+            vec!["127.0.0.1"],
+            true,
+            "file:///etc/passwd".to_string(),
+            "Only http and https URLs",
+        ),
+    ];
+    for (hosts, allow_private, url, expected) in cases {
+        let app = app_naming(&hosts, allow_private).await;
+        let (status, reply) = app
+            .post("/v1/responses", &run_with(json!([named("mine", &url)])))
+            .await;
+        assert_eq!(status, 400, "{hosts:?} {url}: {reply}");
+        assert_eq!(reply["error"]["param"], "tools[0].server_url", "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{hosts:?} {url}: {message}");
+        assert!(app.llm.requests().is_empty());
+    }
+
+    // A label the operator's configuration has, with credentials: not the request's server.
+    let app = app_naming(&["127.0.0.1"], true).await;
+    let mut builtin = named("builtin", &url);
+    builtin["headers"] = json!({"Authorization": "Bearer sk-x"});
+    let (status, reply) = app.post("/v1/responses", &run_with(json!([builtin]))).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["param"], "tools[0].server_label", "{reply}");
+}
+
+#[tokio::test]
+async fn a_server_named_in_a_request_on_a_listed_host_is_listed_and_called_in_a_streamed_run() {
+    let (_http, url) = everything_over_http().await;
+    let app = app_naming(&["127.0.0.1"], true).await;
+    app.llm.push(Turn::tool_call(
+        "call_sum",
+        "get-sum",
+        r#"{"a": 2, "b": 3}"#,
+    ));
+    app.llm.push(Turn::text("Done."));
+    let mut tool = named("mine", &url);
+    tool["allowed_tools"] = json!(["get-sum", "echo"]);
+
+    let sse = app.stream(&run_with(json!([tool]))).await;
+
+    assert_numbering(&sse);
+    assert_items_do_not_interleave(&sse);
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    let items = done_items(&sse);
+    let listing = items
+        .iter()
+        .find(|i| i["type"] == "mcp_list_tools")
+        .unwrap();
+    assert_eq!(listing["server_label"], "mine");
+    let names: Vec<&str> = listing["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["echo", "get-sum"]);
+    let sum = call_named(&items, "get-sum");
+    assert_eq!(sum["server_label"], "mine");
+    assert_eq!(sum["status"], "completed");
+    assert!(sum["output"].as_str().unwrap().contains('5'), "{sum}");
+
+    // A server that cannot be reached fails its listing, not the request.
+    app.llm.push(Turn::text("No tools."));
+    let absent = format!("http://127.0.0.1:{}/mcp", free_port());
+    let sse = app.stream(&run_with(json!([named("gone", &absent)]))).await;
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+    let listing = done_items(&sse)
+        .into_iter()
+        .find(|i| i["type"] == "mcp_list_tools")
+        .unwrap();
+    assert!(
+        listing["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("The MCP server 'gone' could not be used"),
+        "{listing}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_named_in_a_request_waits_for_approval_by_default() {
+    let dir = TempDir::new().unwrap();
+    let (_server, url) = counter_over_http(dir.path()).await;
+    let app = app_naming(&["127.0.0.1"], true).await;
+    app.llm
+        .push(Turn::tool_call("call_1", "count", r#"{"label": "named"}"#));
+    let body = run_with(json!([{"type": "mcp", "server_label": "mine", "server_url": url}]));
+
+    let (status, paused) = app.post("/v1/responses", &body).await;
+
+    assert_eq!(status, 200, "{paused}");
+    let request = &paused["output"][1];
+    assert_eq!(request["type"], "mcp_approval_request", "{paused}");
+    assert_eq!(request["server_label"], "mine");
+    assert_eq!(request["name"], "count");
+    assert_eq!(count(dir.path(), "calls-named"), 0, "nothing ran yet");
+}
+
+#[tokio::test]
+async fn headers_of_a_server_named_in_a_request_reach_it_and_nothing_else() {
+    let dir = TempDir::new().unwrap();
+    let state = dir.path().join("counter");
+    let (_server, url) = counter_over_http(&state).await;
+    let config = "[tools.request_mcp]\nallowed_hosts = [\"127.0.0.1\"]\nallow_private = true\n";
+    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let (_switchyard, address, logs) = binary_with(config, &dir, &llm);
+    let secret = "sk-request-secret-4242";
+    llm.push(Turn::tool_call(
+        "call_1",
+        "record_header",
+        r#"{"name": "authorization"}"#,
+    ));
+    llm.push(Turn::text("Done."));
+    let mut tool = named("mine", &url);
+    tool["headers"] = json!({"Authorization": format!("Bearer {secret}")});
+    let body = json!({"model": "gpt-4o-mini", "input": "go", "tools": [tool], "stream": true});
+
+    let client = reqwest::Client::new();
+    let base = format!("http://{address}/v1/responses");
+    let streamed = client
+        .post(&base)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    assert!(streamed.contains("response.completed"), "{streamed}");
+    assert!(streamed.contains("\"output\":\"recorded\""), "{streamed}");
+    assert_eq!(
+        std::fs::read_to_string(state.join("header-authorization")).unwrap(),
+        format!("Bearer {secret}")
+    );
+    let id = streamed
+        .split("\"id\":\"")
+        .find(|s| s.starts_with("resp_"))
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut shown = vec![streamed];
+    for path in [
+        format!("{base}/{id}"),
+        format!("{base}/{id}/input_items"),
+        format!("{base}/{id}?stream=true"),
+    ] {
+        shown.push(
+            client
+                .get(&path)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(shown[1].contains("\"server_url\""), "{}", shown[1]);
+    for text in shown {
+        assert!(!text.contains(secret), "{text}");
+    }
+    let lines = logs.lines();
+    assert!(!lines.is_empty());
+    for line in lines {
+        assert!(!line.contains(secret), "{line}");
     }
 }

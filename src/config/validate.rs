@@ -342,18 +342,28 @@ impl Check<'_> {
         let tools = &self.config.tools;
         self.positive(&["tools", "max_concurrency"], tools.max_concurrency as u64);
         self.positive(&["tools", "max_turns"], u64::from(tools.max_turns));
-        for (i, host) in tools.fetch_url.allowed_hosts.iter().enumerate() {
-            let bare = !host.is_empty()
-                && !host.contains("://")
-                && !host.contains('/')
-                && !host.contains(char::is_whitespace);
-            if !bare {
-                self.error(
-                    &at(&["tools", "fetch_url", "allowed_hosts", &i.to_string()]),
-                    format!("{host:?} is not a host name: write example.com, or .example.com for it and its subdomains"),
-                );
+        let lists = [
+            ("fetch_url", &tools.fetch_url.allowed_hosts),
+            ("request_mcp", &tools.request_mcp.allowed_hosts),
+        ];
+        for (section, hosts) in lists {
+            for (i, host) in hosts.iter().enumerate() {
+                let bare = !host.is_empty()
+                    && !host.contains("://")
+                    && !host.contains('/')
+                    && !host.contains(char::is_whitespace);
+                if !bare {
+                    self.error(
+                        &at(&["tools", section, "allowed_hosts", &i.to_string()]),
+                        format!("{host:?} is not a host name: write example.com, or .example.com for it and its subdomains"),
+                    );
+                }
             }
         }
+        self.positive(
+            &["tools", "request_mcp", "startup_timeout_ms"],
+            tools.request_mcp.startup_timeout_ms,
+        );
     }
 
     fn tool_servers(&mut self) {
@@ -410,6 +420,18 @@ impl Check<'_> {
     }
 
     fn mcp_servers(&mut self) {
+        let config = self.config;
+        let labels = config.mcp_servers.keys().map(|l| ("mcp_servers", l));
+        for (section, label) in
+            labels.chain(config.tool_servers.keys().map(|l| ("tool_servers", l)))
+        {
+            if label == crate::auth::REQUEST_SERVERS {
+                self.error(
+                    &at(&[section, label.as_str()]),
+                    "the label \"@request\" is reserved: in an API key's tool_servers it stands for the MCP servers requests name by URL",
+                );
+            }
+        }
         for (label, server) in &self.config.mcp_servers {
             let path = |leaf: &str| at(&["mcp_servers", label.as_str(), leaf]);
             match (&server.url, &server.command) {
@@ -440,7 +462,7 @@ impl Check<'_> {
             }
             self.header_values(&path("headers"), &server.headers, true);
             for name in server.headers.keys() {
-                let reserved = ["accept", "mcp-session-id", "last-event-id"];
+                let reserved = crate::tools::mcp::RESERVED_HEADERS;
                 if reserved.contains(&name.to_ascii_lowercase().as_str()) {
                     let mut key = path("headers");
                     key.push(name.clone());

@@ -129,17 +129,19 @@ impl Engine {
             }
             (None, _) => (Vec::new(), None),
         };
-        let prepared = self.prepare(
-            &request,
-            &resolved.items,
-            &announced(
-                history
-                    .iter()
-                    .filter_map(Entry::item)
-                    .chain(&resolved.items),
-            ),
-            caller.policy(),
-        )?;
+        let prepared = self
+            .prepare(
+                &request,
+                &resolved.items,
+                &announced(
+                    history
+                        .iter()
+                        .filter_map(Entry::item)
+                        .chain(&resolved.items),
+                ),
+                caller.policy(),
+            )
+            .await?;
         // The paused runs this request answers: the previous one, or those a replayed history
         // answers (SPEC §9).
         let replayed = previous.is_none();
@@ -259,7 +261,7 @@ impl Engine {
     /// Everything a run needs from its request: the model's client, the resolved tools, the
     /// per-turn model request and the limits. Shared by new and resumed runs. Tool servers
     /// already `announced` in the chain are not announced again.
-    pub(super) fn prepare(
+    pub(super) async fn prepare(
         &self,
         request: &CreateResponse,
         input: &[Item],
@@ -304,13 +306,20 @@ impl Engine {
             }
         }
         check_tool_limits(&declared, &self.inner.settings.limits)?;
-        let declarations: Vec<ToolDecl> = declared.into_iter().map(|(_, decl)| decl).collect();
         let choice = request
             .tool_choice
             .as_ref()
             .map(parse_tool_choice)
             .transpose()?;
-        let tools = ToolSet::resolve(&self.inner.registry, &declarations, choice.as_ref(), policy)?;
+        let named = self.request_servers(&declared, policy).await?;
+        let declarations: Vec<ToolDecl> = declared.into_iter().map(|(_, decl)| decl).collect();
+        let tools = ToolSet::resolve(
+            &self.inner.registry,
+            named,
+            &declarations,
+            choice.as_ref(),
+            policy,
+        )?;
         let listings = tools
             .listings
             .iter()

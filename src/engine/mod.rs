@@ -23,6 +23,7 @@ mod maintenance;
 mod pause;
 mod recovery;
 mod replay;
+mod request_servers;
 mod resume;
 mod run;
 mod toolset;

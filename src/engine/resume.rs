@@ -61,7 +61,9 @@ impl Engine {
             .filter_map(Entry::item)
             .chain(&input);
         let policy = key.as_ref().map(|k| &k.policy);
-        let prepared = self.prepare(&request, &input, &announced(items), policy)?;
+        let prepared = self
+            .prepare(&request, &input, &announced(items), policy)
+            .await?;
         Ok(Loaded {
             prepared,
             history,

@@ -16,7 +16,8 @@ use crate::protocol::tools::{
     AllowedRef, ApprovalPolicy, CustomTool, FunctionTool, McpTool, Namespace, ToolChoice, ToolDecl,
 };
 use crate::tools::ToolKind;
-use crate::tools::registry::{RegisteredTool, ToolRegistry, compile_schema};
+use crate::tools::mcp::RequestServer;
+use crate::tools::registry::{RegisteredTool, ToolRegistry, ToolServer, compile_schema};
 
 /// Who runs a tool's calls.
 #[derive(Clone)]
@@ -65,6 +66,18 @@ pub struct ToolSet {
     pub choice: Option<Value>,
     /// Each enabled tool server with the tools the model is shown, for `mcp_list_tools`.
     pub listings: Vec<Listing>,
+    /// The connections to servers named in the request, closed when the run lets go of its
+    /// tools (it stops or pauses).
+    connections: Vec<Arc<RequestServer>>,
+}
+
+/// An MCP server named in the request by `server_url`, connected for this run.
+#[derive(Clone)]
+pub struct RequestNamed {
+    pub server: Arc<ToolServer>,
+    /// Why it offers no tools (it could not be reached or listed).
+    pub error: Option<String>,
+    pub connection: Arc<RequestServer>,
 }
 
 /// A tool server as its `mcp_list_tools` item shows it.
@@ -91,15 +104,18 @@ impl ToolSet {
         self.entries.get(name)
     }
 
-    /// Resolves the request's tools; every problem is a 400 naming the field.
+    /// Resolves the request's tools (`named`: the servers it names by URL, connected
+    /// already); every problem is a 400 naming the field.
     pub fn resolve(
         registry: &ToolRegistry,
+        named: HashMap<String, RequestNamed>,
         decls: &[ToolDecl],
         choice: Option<&ToolChoice>,
         policy: Option<&KeyPolicy>,
     ) -> Result<ToolSet, FieldError> {
         let mut resolving = Resolving {
             policy: policy.cloned().unwrap_or_default(),
+            named,
             ..Resolving::default()
         };
         for (index, decl) in decls.iter().enumerate() {
@@ -273,6 +289,8 @@ struct Resolving {
     servers: HashMap<String, usize>,
     /// What the caller's API key may use.
     policy: KeyPolicy,
+    /// The servers the request names by URL, by label.
+    named: HashMap<String, RequestNamed>,
 }
 
 impl Resolving {
@@ -360,6 +378,7 @@ impl Resolving {
             require_approval: None,
             server_url: None,
             connector_id: None,
+            headers: None,
         };
         self.server(registry, index, path, &mcp)
     }
@@ -450,7 +469,14 @@ impl Resolving {
         mcp: &McpTool,
     ) -> Result<(), FieldError> {
         let label = &mcp.server_label;
-        let Some(server) = registry.server(label) else {
+        let named = match registry.server(label) {
+            Some(_) => None,
+            None => self.named.get(label).cloned(),
+        };
+        let Some(server) = registry
+            .server(label)
+            .or_else(|| Some(named.as_ref()?.server.clone()))
+        else {
             // A server named by URL alone is not one the operator configured.
             let by = [
                 ("server_url", &mcp.server_url),
@@ -478,7 +504,8 @@ impl Resolving {
         // A `server_url` or `connector_id` beside the label of a configured server is taken as
         // naming it (the Vercel AI SDK always sends one): the operator's configuration says
         // where the server is, and the request cannot send its calls anywhere else.
-        if !self.policy.allows_server(label) {
+        // (A server named by URL was checked against the key's policy as it was connected.)
+        if named.is_none() && !self.policy.allows_server(label) {
             return Err(FieldError::new(
                 format!("{path}.server_label"),
                 format!("This API key may not use the tool server '{label}'."),
@@ -555,7 +582,13 @@ impl Resolving {
             let source = format!("{path} (tool server '{label}')");
             self.add(tool.name(), source, path, entry)?;
         }
-        let error = (!server.available).then(|| crate::tools::mcp::not_connected(label));
+        let error = match named {
+            Some(named) => {
+                self.set.connections.push(named.connection);
+                named.error
+            }
+            None => (!server.available).then(|| crate::tools::mcp::not_connected(label)),
+        };
         self.set.listings.push(Listing {
             server_label: label.clone(),
             tools: listed,

@@ -115,10 +115,27 @@ pub struct McpTool {
     #[serde(default)]
     #[schema(schema_with = require_approval_schema)]
     pub require_approval: Option<Value>,
+    /// An MCP server named by URL (where the operator allows its host); beside the label of
+    /// a configured server it is taken as naming that server.
     #[serde(default)]
     pub server_url: Option<String>,
     #[serde(default)]
     pub connector_id: Option<String>,
+    /// Sent to the `server_url` server only; never stored, logged or echoed.
+    #[serde(default)]
+    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    pub headers: Option<Credentials>,
+}
+
+/// An `mcp` entry's `headers`: credentials, whose values are never shown (its `Debug` names
+/// the headers only).
+#[derive(Clone, PartialEq, Deserialize)]
+pub struct Credentials(pub std::collections::BTreeMap<String, String>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 /// `allowed_tools`: a list of names, or `{"tool_names": [...]}`.

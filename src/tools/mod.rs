@@ -5,6 +5,7 @@
 //! A tool never crashes a run: invalid arguments, errors, timeouts and panics all become a
 //! [`ToolResult`] with an error, which the model sees and can react to.
 
+pub mod address;
 pub mod builtin;
 pub mod http;
 pub mod mcp;

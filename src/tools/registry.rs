@@ -356,6 +356,41 @@ impl ToolRegistry {
         problems
     }
 
+    /// The tools of an MCP server named in a request, checked as discovered tools are: one
+    /// whose schema is invalid, or whose name the server lists twice, is left out (the
+    /// problems are returned). Its calls wait for approval unless the request says otherwise.
+    pub fn request_server(
+        &self,
+        label: &str,
+        handlers: Vec<Arc<dyn ToolHandler>>,
+        available: bool,
+    ) -> (ToolServer, Vec<RegistryError>) {
+        let mut problems = Vec::new();
+        let mut tools: Vec<Arc<RegisteredTool>> = Vec::new();
+        for handler in handlers {
+            if tools.iter().any(|t| t.name() == handler.name()) {
+                problems.push(RegistryError::Duplicate {
+                    name: handler.name().to_string(),
+                    first: label.to_string(),
+                    second: label.to_string(),
+                });
+                continue;
+            }
+            match RegisteredTool::new(label, handler, self.default_timeout) {
+                Ok(tool) => tools.push(Arc::new(tool)),
+                Err(problem) => problems.push(problem),
+            }
+        }
+        let server = ToolServer {
+            label: label.to_string(),
+            tools,
+            // As OpenAI's API does for a server named in a request.
+            requires_approval: true,
+            available,
+        };
+        (server, problems)
+    }
+
     /// Takes the tools of the MCP server `label` away while it is not connected.
     pub fn withdraw(&self, label: &str) {
         if let Some(slot) = self.discovered.get(label) {

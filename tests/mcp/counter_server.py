@@ -78,6 +78,17 @@ def header(name: str, ctx: Context) -> str:
 
 
 @server.tool()
+def record_header(name: str, ctx: Context) -> str:
+    """Writes the HTTP request header `name` this call came with to the file header-NAME
+    (so that a test reads it without the value passing through the run), and says whether
+    there was one."""
+    headers = ctx.headers or {}
+    value = next((v for k, v in headers.items() if k.lower() == name.lower()), None)
+    (state / f"header-{name.lower()}").write_text(value or "")
+    return "recorded" if value is not None else "(none)"
+
+
+@server.tool()
 def calculator(expression: str) -> str:
     """Named like a built-in tool of switchyard, which it must never shadow."""
     return "not the built-in calculator"

@@ -15,6 +15,7 @@
 mod content;
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -110,6 +111,124 @@ impl Drop for McpServers {
     }
 }
 
+/// Headers the MCP transport sets itself; neither the configuration nor a request may set them.
+pub const RESERVED_HEADERS: [&str; 3] = ["accept", "mcp-session-id", "last-event-id"];
+
+/// The HTTP client for a server named in a request: it connects only to the addresses that
+/// were checked (a second lookup of the name could answer otherwise: DNS rebinding), and
+/// never through a proxy from the environment.
+fn pinned_client(url: &str, pinned: &[SocketAddr]) -> Result<reqwest_mcp::Client, String> {
+    let host = url::Url::parse(url)
+        .ok()
+        .and_then(|u| {
+            u.host_str()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+        })
+        .ok_or("the URL has no host")?;
+    reqwest_mcp::Client::builder()
+        .no_proxy()
+        .resolve_to_addrs(&host, pinned)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// An MCP server named in a request (`server_url`), connected for one run: its tools as
+/// listed, or why there are none. Dropping it closes the connection — the run holds it until
+/// it stops or pauses.
+pub struct RequestServer {
+    pub label: String,
+    /// The listed tools, as handlers (empty when the server failed).
+    pub handlers: Vec<Arc<dyn ToolHandler>>,
+    /// Why the server offers no tools (it could not be reached or listed).
+    pub error: Option<String>,
+    _connection: Option<Connection>,
+}
+
+impl RequestServer {
+    /// Connects to `url` at the `pinned` addresses (checked by the caller) with the request's
+    /// `headers`, and lists the tools; a failure is the listing's `error`, never the caller's.
+    /// Neither the headers nor their values appear in an error or a log line.
+    pub async fn connect(
+        label: &str,
+        url: &str,
+        pinned: Vec<SocketAddr>,
+        headers: HashMap<HeaderName, HeaderValue>,
+        startup_timeout: Duration,
+    ) -> RequestServer {
+        install_tls_provider();
+        let settings = McpServerConfig {
+            url: Some(url.to_string()),
+            headers: BTreeMap::new(),
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            allowed_tools: None,
+            require_approval: crate::config::ApprovalDefault::Always,
+            timeout_ms: None,
+            startup_timeout_ms: startup_timeout.as_millis() as u64,
+            read_only_tools: Vec::new(),
+            definition_only_tools: Vec::new(),
+        };
+        let link = Arc::new(Link {
+            label: label.to_string(),
+            endpoint: Endpoint::Http {
+                url: url.to_string(),
+                headers,
+                pinned,
+            },
+            settings,
+            peer: RwLock::new(None),
+            progress: Mutex::new(HashMap::new()),
+            list_changed: Notify::new(),
+            tasks: TaskTracker::new(),
+        });
+        let failed = |error: String| {
+            tracing::warn!(mcp_server = %label, error, "cannot use the MCP server named in the request");
+            RequestServer {
+                label: label.to_string(),
+                handlers: Vec::new(),
+                error: Some(format!(
+                    "The MCP server '{label}' could not be used: {error}"
+                )),
+                _connection: None,
+            }
+        };
+        let connection = match tokio::time::timeout(startup_timeout, link.connect()).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(problem)) => return failed(problem),
+            Err(_) => {
+                return failed(format!(
+                    "it did not connect within {} ms",
+                    startup_timeout.as_millis()
+                ));
+            }
+        };
+        let peer = connection.peer().clone();
+        let listed = match tokio::time::timeout(startup_timeout, peer.list_all_tools()).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => {
+                return failed(format!(
+                    "cannot list its tools: {}",
+                    crate::redact::urls_in(&e.to_string())
+                ));
+            }
+            Err(_) => {
+                return failed(format!(
+                    "it did not list its tools within {} ms",
+                    startup_timeout.as_millis()
+                ));
+            }
+        };
+        link.set_peer(Some(peer));
+        RequestServer {
+            label: label.to_string(),
+            handlers: link.offered(listed),
+            error: None,
+            _connection: Some(connection),
+        }
+    }
+}
+
 /// What a client and the model are told of an MCP server that is not connected.
 pub fn not_connected(label: &str) -> String {
     format!("The MCP server '{label}' is not connected; its tools are unavailable for now.")
@@ -127,6 +246,9 @@ enum Endpoint {
     Http {
         url: String,
         headers: HashMap<HeaderName, HeaderValue>,
+        /// The addresses checked for a server named in a request: the only ones connected to.
+        /// Empty for a configured server (the operator's URL is resolved as usual).
+        pinned: Vec<SocketAddr>,
     },
     Command {
         program: String,
@@ -157,6 +279,7 @@ impl Endpoint {
                 Ok(Endpoint::Http {
                     url: url.clone(),
                     headers,
+                    pinned: Vec::new(),
                 })
             }
             (None, Some(command)) => {
@@ -248,10 +371,20 @@ impl Link {
                     .await
                     .map_err(|e| format!("the handshake failed: {e}"))
             }
-            Endpoint::Http { url, headers } => {
+            Endpoint::Http {
+                url,
+                headers,
+                pinned,
+            } => {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers.clone());
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let transport = match pinned.is_empty() {
+                    true => StreamableHttpClientTransport::from_config(config),
+                    false => StreamableHttpClientTransport::with_client(
+                        pinned_client(url, pinned)?,
+                        config,
+                    ),
+                };
                 client.serve(transport).await.map_err(|e| {
                     format!(
                         "the handshake failed: {}",
@@ -323,6 +456,24 @@ impl Link {
                 return;
             }
         };
+        let handlers = self.offered(listed);
+        let problems = registry.publish(&self.label, handlers);
+        for problem in &problems {
+            tracing::warn!("{problem}; the tool is left out");
+        }
+        let offered = registry
+            .server(&self.label)
+            .map_or(0, |server| server.tools.len());
+        crate::metrics::mcp_server_tools(&self.label, offered);
+        tracing::info!(
+            tools = offered,
+            skipped = problems.len(),
+            "MCP server's tools published"
+        );
+    }
+
+    /// The listed tools the configuration lets the service offer, as handlers.
+    fn offered(self: &Arc<Self>, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<dyn ToolHandler>> {
         let settings = &self.settings;
         let listed_names: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
         let configured = settings
@@ -383,19 +534,7 @@ impl Link {
                 name,
             }));
         }
-        let problems = registry.publish(&self.label, handlers);
-        for problem in &problems {
-            tracing::warn!("{problem}; the tool is left out");
-        }
-        let offered = registry
-            .server(&self.label)
-            .map_or(0, |server| server.tools.len());
-        crate::metrics::mcp_server_tools(&self.label, offered);
-        tracing::info!(
-            tools = offered,
-            skipped = problems.len(),
-            "MCP server's tools published"
-        );
+        handlers
     }
 
     /// One `tools/call` on the live connection. Progress goes to `output` while it runs; a
