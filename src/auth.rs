@@ -319,6 +319,10 @@ mod tests {
         assert!(policy.allows_server("builtin") && !policy.allows_server("weather"));
         assert!(!policy.allows_tool("fetch_url") && policy.allows_tool("calculator"));
         assert!(policy.allows_model("m") && !policy.allows_model("other"));
+        assert!(!policy.allows_request_servers());
+        assert!(KeyPolicy::default().allows_request_servers());
+        let policy: KeyPolicy = serde_json::from_str(r#"{"tool_servers": ["@request"]}"#).unwrap();
+        assert!(policy.allows_request_servers() && !policy.allows_server("builtin"));
     }
 
     #[test]

@@ -666,3 +666,52 @@ async fn a_key_works_on_every_instance_at_once_and_is_refused_by_all_once_revoke
         }
     }
 }
+
+#[tokio::test]
+async fn a_key_names_tool_servers_by_url_only_when_its_tool_servers_list_says_request() {
+    let app = spawn_app_with(|c: &mut switchyard::config::Config| {
+        c.auth.mode = AuthMode::Keys;
+        c.tools.request_mcp.allowed_hosts = vec!["127.0.0.1".into()];
+        c.tools.request_mcp.allow_private = true;
+    })
+    .await;
+    let store = store::connect(&app.database_url, 2).await.unwrap();
+    // Nothing listens there: a key allowed to name it gets a run whose listing failed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let body = json!({"model": "gpt-4o-mini", "input": "hi", "tools": [
+        {"type": "mcp", "server_label": "mine", "server_url": format!("http://127.0.0.1:{port}/mcp"),
+         "require_approval": "never"}]});
+    for (servers, expected) in [
+        (Some(vec!["builtin".to_string()]), 400),
+        (
+            Some(vec!["builtin".to_string(), "@request".to_string()]),
+            200,
+        ),
+        (None, 200),
+    ] {
+        let policy = KeyPolicy {
+            tool_servers: servers.clone(),
+            ..KeyPolicy::default()
+        };
+        let caller = As {
+            app: &app,
+            key: Some(key(&store, "acme", policy).await),
+        };
+        if expected == 200 {
+            app.llm.push(Turn::text("ok"));
+        }
+        let (status, reply) = caller.post("/v1/responses", &body).await;
+        assert_eq!(status, expected, "{servers:?}: {reply}");
+        if expected == 400 {
+            assert_eq!(reply["error"]["param"], "tools[0].server_url");
+            assert_eq!(
+                reply["error"]["message"],
+                "This API key may not name tool servers by 'server_url'."
+            );
+        }
+    }
+}

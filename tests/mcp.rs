@@ -1317,7 +1317,7 @@ async fn servers_named_in_a_request_are_refused_unless_the_operator_lists_their_
             Vec::new(),
             true,
             url.clone(),
-            "are not enabled on this service",
+            "are not supported on this service (the operator has not enabled them)",
         ),
         (
             vec!["mcp.example.com"],
@@ -1448,6 +1448,30 @@ async fn a_server_named_in_a_request_waits_for_approval_by_default() {
     assert_eq!(request["server_label"], "mine");
     assert_eq!(request["name"], "count");
     assert_eq!(count(dir.path(), "calls-named"), 0, "nothing ran yet");
+
+    // Approved, the resumed run connects again (the stored tools say where) and calls it once.
+    app.llm.push(Turn::text("Counted."));
+    let id = paused["id"].as_str().unwrap();
+    let approval = json!({"tool_approvals": [
+        {"approval_request_id": request["id"], "approve": true}
+    ]});
+    let (status, done) = app
+        .post(
+            &format!("/v1/responses/{id}/submit_tool_outputs"),
+            &approval,
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "completed", "{done}");
+    let call = done["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap()
+        .clone();
+    assert_eq!(call["output"], "named: call 1", "{call}");
+    assert_eq!(count(dir.path(), "calls-named"), 1);
 }
 
 #[tokio::test]

@@ -73,7 +73,7 @@ impl Engine {
         let refused = |message: String| FieldError::new(format!("{path}.server_url"), message);
         if settings.allowed_hosts.is_empty() {
             return Err(refused(format!(
-                "Tool servers given by 'server_url' are not enabled on this service; '{label}' is not a tool server configured by the operator. Configured tool servers: {}.",
+                "Tool servers given by 'server_url' are not supported on this service (the operator has not enabled them); '{label}' is not a tool server configured by the operator. Configured tool servers: {}.",
                 self.inner.registry.labels().join(", ")
             )));
         }
