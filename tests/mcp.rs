@@ -546,7 +546,7 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
     };
     let mut metrics = scrape().await;
     for _ in 0..100 {
-        if metrics.contains(r#"switchyard_mcp_server_tools{server="metered"} 5"#) {
+        if metrics.contains(r#"switchyard_mcp_server_tools{server="metered"} 6"#) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -571,8 +571,9 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
         .lines()
         .find_map(|l| l.strip_prefix(r#"switchyard_mcp_server_tools{server="metered"}"#))
         .unwrap();
-    // count, wait, fail, header, grow (calculator clashes with builtin, broken has a bad schema)
-    assert_eq!(tools.trim(), "5");
+    // count, wait, fail, header, record_header, grow (calculator clashes with builtin, broken
+    // has a bad schema)
+    assert_eq!(tools.trim(), "6");
 }
 
 #[tokio::test]
