@@ -1161,13 +1161,20 @@ async fn mcp_calls_cut_by_a_crash_follow_the_same_rules_on_another_instance_on_p
 async fn an_http_server_gets_the_configured_headers_with_variables_from_the_environment() {
     let dir = TempDir::new().unwrap();
     let (_server, url) = counter_over_http(dir.path()).await;
-    let mut counter = server(Some(url), None, Vec::new());
+    let mut counter = server(Some(url.clone()), None, Vec::new());
     // HOME is set wherever tests run.
     counter
         .headers
         .insert("X-Home".into(), "home is ${HOME}".into());
+    let port: u16 = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
     let app = app_with(vec![("counter_http", counter)], |_| {}).await;
     wait_for_tools(&app, "counter_http", &["header", "count"]).await;
+    // A configured server stays connected (what `wait_until_disconnected` tells apart).
+    assert!(connections_to(port) > 0);
     app.llm.push(Turn::tool_calls(&[
         ("c1", "header", r#"{"name": "x-home"}"#),
         ("c2", "count", r#"{"label": "http"}"#),
@@ -1302,6 +1309,46 @@ async fn app_naming(hosts: &[&str], allow_private: bool) -> TestApp {
     .await
 }
 
+/// Open TCP connections to `port` on this machine (client ends: the remote port is `port`).
+fn connections_to(port: u16) -> usize {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    // rem_address is ADDR:PORT in hex; state 01 is ESTABLISHED.
+                    fields.len() > 3
+                        && fields[3] == "01"
+                        && fields[2].rsplit(':').next() == Some(&format!("{port:04X}"))
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// Waits (up to 10 s) until nothing is connected to the server at `url` any more.
+async fn wait_until_disconnected(url: &str) {
+    let port: u16 = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    for _ in 0..200 {
+        if connections_to(port) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{} connections to {url} are still open",
+        connections_to(port)
+    );
+}
+
 fn named(label: &str, url: &str) -> Value {
     json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
 }
@@ -1413,6 +1460,8 @@ async fn a_server_named_in_a_request_on_a_listed_host_is_listed_and_called_in_a_
     assert_eq!(sum["server_label"], "mine");
     assert_eq!(sum["status"], "completed");
     assert!(sum["output"].as_str().unwrap().contains('5'), "{sum}");
+    // The run stopped: its connection is closed.
+    wait_until_disconnected(&url).await;
 
     // A server that cannot be reached fails its listing, not the request.
     app.llm.push(Turn::text("No tools."));
@@ -1449,6 +1498,8 @@ async fn a_server_named_in_a_request_waits_for_approval_by_default() {
     assert_eq!(request["server_label"], "mine");
     assert_eq!(request["name"], "count");
     assert_eq!(count(dir.path(), "calls-named"), 0, "nothing ran yet");
+    // The run paused: its connection is closed.
+    wait_until_disconnected(&url).await;
 
     // Approved, the resumed run connects again (the stored tools say where) and calls it once.
     app.llm.push(Turn::text("Counted."));
