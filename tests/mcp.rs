@@ -1571,7 +1571,43 @@ async fn headers_of_a_server_named_in_a_request_reach_it_and_nothing_else() {
         .next()
         .unwrap()
         .to_string();
-    let mut shown = vec![streamed];
+    // OpenAI's `authorization` (an access token) is sent as a bearer Authorization header.
+    let token = "sk-token-secret-4343";
+    llm.push(Turn::tool_call(
+        "call_2",
+        "record_header",
+        r#"{"name": "authorization"}"#,
+    ));
+    llm.push(Turn::text("Done."));
+    let mut tool = named("mine", &url);
+    tool["authorization"] = json!(token);
+    let body = json!({"model": "gpt-4o-mini", "input": "go", "tools": [tool]});
+    let reply: Value = client
+        .post(&base)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply["status"], "completed", "{reply}");
+    assert_eq!(
+        std::fs::read_to_string(state.join("header-authorization")).unwrap(),
+        format!("Bearer {token}")
+    );
+    let second = reply["id"].as_str().unwrap().to_string();
+    let mut shown = vec![streamed, reply.to_string()];
+    shown.push(
+        client
+            .get(format!("{base}/{second}"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
     for path in [
         format!("{base}/{id}"),
         format!("{base}/{id}/input_items"),
@@ -1588,13 +1624,13 @@ async fn headers_of_a_server_named_in_a_request_reach_it_and_nothing_else() {
                 .unwrap(),
         );
     }
-    assert!(shown[1].contains("\"server_url\""), "{}", shown[1]);
+    assert!(shown[3].contains("\"server_url\""), "{}", shown[3]);
     for text in shown {
-        assert!(!text.contains(secret), "{text}");
+        assert!(!text.contains(secret) && !text.contains(token), "{text}");
     }
     let lines = logs.lines();
     assert!(!lines.is_empty());
     for line in lines {
-        assert!(!line.contains(secret), "{line}");
+        assert!(!line.contains(secret) && !line.contains(token), "{line}");
     }
 }

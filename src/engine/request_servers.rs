@@ -38,7 +38,9 @@ impl Engine {
             if self.inner.registry.server(label).is_some() {
                 // Credentials for a server of the operator's are a request meant for a
                 // server of the client's own under a label that is taken.
-                if mcp.server_url.is_some() && mcp.headers.is_some() {
+                if mcp.server_url.is_some()
+                    && (mcp.headers.is_some() || mcp.authorization.is_some())
+                {
                     return Err(FieldError::new(
                         format!("{path}.server_label"),
                         format!(
@@ -120,8 +122,9 @@ impl Engine {
     }
 }
 
-/// The entry's `headers` as the transport sends them, each value marked sensitive (left out
-/// of `Debug`). A problem names the header, never its value.
+/// The entry's `headers` (and its `authorization` token as a bearer `Authorization`) as the
+/// transport sends them, each value marked sensitive (left out of `Debug`). A problem names
+/// the header, never its value.
 fn headers(path: &str, mcp: &McpTool) -> Result<HashMap<HeaderName, HeaderValue>, FieldError> {
     let mut headers = HashMap::new();
     for (name, value) in mcp.headers.iter().flat_map(|h| &h.0) {
@@ -143,6 +146,18 @@ fn headers(path: &str, mcp: &McpTool) -> Result<HashMap<HeaderName, HeaderValue>
         })?;
         value.set_sensitive(true);
         headers.insert(header, value);
+    }
+    if let Some(token) = &mcp.authorization
+        && !headers.contains_key(&reqwest::header::AUTHORIZATION)
+    {
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.0)).map_err(|_| {
+            FieldError::new(
+                format!("{path}.authorization"),
+                "The token is not valid in a header.",
+            )
+        })?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
     }
     Ok(headers)
 }

@@ -379,6 +379,7 @@ impl Resolving {
             server_url: None,
             connector_id: None,
             headers: None,
+            authorization: None,
         };
         self.server(registry, index, path, &mcp)
     }

@@ -125,6 +125,21 @@ pub struct McpTool {
     #[serde(default)]
     #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
     pub headers: Option<Credentials>,
+    /// An access token for the `server_url` server, sent as `Authorization: Bearer …` unless
+    /// `headers` has an `Authorization`; never stored, logged or echoed.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub authorization: Option<Token>,
+}
+
+/// An `mcp` entry's `authorization`: its `Debug` does not show it.
+#[derive(Clone, PartialEq, Deserialize)]
+pub struct Token(pub String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(***)")
+    }
 }
 
 /// An `mcp` entry's `headers`: credentials, whose values are never shown (its `Debug` names

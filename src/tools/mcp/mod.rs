@@ -127,6 +127,8 @@ fn pinned_client(url: &str, pinned: &[SocketAddr]) -> Result<reqwest_mcp::Client
         .ok_or("the URL has no host")?;
     reqwest_mcp::Client::builder()
         .no_proxy()
+        // A redirect would lead to an address nobody checked.
+        .redirect(reqwest_mcp::redirect::Policy::none())
         .resolve_to_addrs(&host, pinned)
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
