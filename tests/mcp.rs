@@ -1418,6 +1418,19 @@ async fn servers_named_in_a_request_are_refused_unless_the_operator_lists_their_
     let (status, reply) = app.post("/v1/responses", &run_with(json!([builtin]))).await;
     assert_eq!(status, 400, "{reply}");
     assert_eq!(reply["error"]["param"], "tools[0].server_label", "{reply}");
+
+    // Headers the transport sets, and values that cannot be sent (never quoted back).
+    for headers in [
+        json!({"Mcp-Session-Id": "mine"}),
+        json!({"Authorization": "Bearer sk-bad\nsecret"}),
+    ] {
+        let mut tool = named("mine", &url);
+        tool["headers"] = headers.clone();
+        let (status, reply) = app.post("/v1/responses", &run_with(json!([tool]))).await;
+        assert_eq!(status, 400, "{headers}: {reply}");
+        assert_eq!(reply["error"]["param"], "tools[0].headers", "{reply}");
+        assert!(!reply.to_string().contains("secret"), "{reply}");
+    }
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 
 use super::Engine;
 use super::toolset::RequestNamed;
@@ -17,7 +17,7 @@ use crate::auth::KeyPolicy;
 use crate::protocol::request::FieldError;
 use crate::protocol::tools::{McpTool, ToolDecl};
 use crate::tools::address;
-use crate::tools::mcp::{RESERVED_HEADERS, RequestServer};
+use crate::tools::mcp::{RESERVED_HEADERS, RequestServer, sensitive_header};
 
 impl Engine {
     /// Checks and connects every server the request names by URL (each `mcp` entry with a
@@ -129,35 +129,29 @@ fn headers(path: &str, mcp: &McpTool) -> Result<HashMap<HeaderName, HeaderValue>
     let mut headers = HashMap::new();
     for (name, value) in mcp.headers.iter().flat_map(|h| &h.0) {
         let param = format!("{path}.headers");
-        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            FieldError::new(&param, format!("'{name}' is not a valid header name."))
-        })?;
+        let (header, value) = sensitive_header(name, value)
+            .map_err(|problem| FieldError::new(&param, format!("Invalid header: {problem}.")))?;
         if RESERVED_HEADERS.contains(&header.as_str()) {
             return Err(FieldError::new(
                 &param,
                 format!("The header '{name}' is set by the MCP transport itself."),
             ));
         }
-        let mut value = HeaderValue::from_str(value).map_err(|_| {
-            FieldError::new(
-                &param,
-                format!("The value of header '{name}' is not valid."),
-            )
-        })?;
-        value.set_sensitive(true);
         headers.insert(header, value);
     }
     if let Some(token) = &mcp.authorization
-        && !headers.contains_key(&reqwest::header::AUTHORIZATION)
+        && !headers.contains_key(&AUTHORIZATION)
     {
-        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.0)).map_err(|_| {
-            FieldError::new(
-                format!("{path}.authorization"),
-                "The token is not valid in a header.",
-            )
-        })?;
-        value.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, value);
+        let (header, value) =
+            sensitive_header(AUTHORIZATION.as_str(), &format!("Bearer {}", token.0)).map_err(
+                |_| {
+                    FieldError::new(
+                        format!("{path}.authorization"),
+                        "The token cannot be sent in an HTTP header.",
+                    )
+                },
+            )?;
+        headers.insert(header, value);
     }
     Ok(headers)
 }

@@ -114,6 +114,17 @@ impl Drop for McpServers {
 /// Headers the MCP transport sets itself; neither the configuration nor a request may set them.
 pub const RESERVED_HEADERS: [&str; 3] = ["accept", "mcp-session-id", "last-event-id"];
 
+/// A header for an MCP server, its value marked sensitive (left out of `Debug`). The problem,
+/// if any, names the header, never its value.
+pub fn sensitive_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let name = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("{name:?} is not a valid header name"))?;
+    let mut value = HeaderValue::from_str(value)
+        .map_err(|_| format!("the value of header {name} is not valid"))?;
+    value.set_sensitive(true);
+    Ok((name, value))
+}
+
 /// The HTTP client for a server named in a request: it connects only to the addresses that
 /// were checked (a second lookup of the name could answer otherwise: DNS rebinding), and
 /// never through a proxy from the environment.
@@ -271,11 +282,7 @@ impl Endpoint {
                 let mut headers = HashMap::new();
                 for (name, value) in &settings.headers {
                     let value = expand("header", name, value)?;
-                    let name = HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|_| format!("{name:?} is not a valid header name"))?;
-                    let mut value = HeaderValue::from_str(&value)
-                        .map_err(|_| format!("the value of header {name} is not valid"))?;
-                    value.set_sensitive(true);
+                    let (name, value) = sensitive_header(name, &value)?;
                     headers.insert(name, value);
                 }
                 Ok(Endpoint::Http {
