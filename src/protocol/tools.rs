@@ -269,6 +269,19 @@ fn hosted_type_pattern() -> String {
     format!("^({})(_[0-9_]+)?$", HOSTED_TOOL_TYPES.join("|"))
 }
 
+/// An object whose `type` is a hosted tool type (a `tools` entry, or a `tool_choice`).
+fn hosted_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property(
+            "type",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(hosted_type_pattern())),
+        )
+        .required("type")
+}
+
 /// An entry of `tools` (parsed by [`parse_tools`]), as a request sends it and the Response
 /// object echoes it. Keys a type does not know are accepted and echoed.
 pub struct ToolEntry;
@@ -311,19 +324,10 @@ impl PartialSchema for ToolEntry {
                 "Function and custom tools under one name: the model sees each of them, and \
                  their calls carry the namespace.",
             ));
-        let hosted = ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .property(
-                "type",
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(hosted_type_pattern())),
-            )
-            .required("type")
-            .description(Some(
-                "A tool type the OpenAI API hosts: run by the tool server the operator maps \
+        let hosted = hosted_schema().description(Some(
+            "A tool type the OpenAI API hosts: run by the tool server the operator maps \
                  it to, otherwise not shown to the model (still echoed).",
-            ));
+        ));
         one_of([
             tagged_ref::<FunctionTool>("function").into(),
             tagged_ref::<CustomTool>("custom").into(),
@@ -359,22 +363,11 @@ impl PartialSchema for ToolChoiceSchema {
                 .property("name", nullable_string())
                 .required("server_label")
         };
-        let hosted = || {
-            ObjectBuilder::new()
-                .schema_type(Type::Object)
-                .property(
-                    "type",
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .pattern(Some(hosted_type_pattern())),
-                )
-                .required("type")
-        };
         let reference = one_of([
             named("function").into(),
             named("custom").into(),
             server().into(),
-            hosted().into(),
+            hosted_schema().into(),
         ]);
         let allowed = tagged("allowed_tools")
             .property(
@@ -400,7 +393,7 @@ impl PartialSchema for ToolChoiceSchema {
                 named("custom").into(),
                 server().into(),
                 allowed.into(),
-                hosted().into(),
+                hosted_schema().into(),
             ]),
         )
     }
