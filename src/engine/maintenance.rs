@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use super::control::StopReason;
+use super::launch::Resumption;
 use super::{Engine, EngineError};
+use crate::protocol::response::ResponseStatus;
+use crate::store::StoredRun;
 use crate::time::UnixMillis;
 
 /// After the runs were told to hand over, how long they get to reach a safe point.
@@ -73,6 +76,81 @@ impl Engine {
                 tracing::warn!(error = %e, "claiming queued runs failed");
             }
         }
+    }
+
+    /// Takes queued runs from the database while this instance has free slots.
+    async fn claim(&self) -> Result<(), EngineError> {
+        loop {
+            let free = self.inner.background_slots.available_permits();
+            if free == 0 {
+                return Ok(());
+            }
+            let now = UnixMillis::now();
+            let lease = self.lease(now);
+            let claimed = self
+                .inner
+                .store
+                .claim_queued(&lease, now, free as u32)
+                .await?;
+            if claimed.is_empty() {
+                return Ok(());
+            }
+            for run in claimed {
+                let Ok(permit) = self.inner.background_slots.clone().try_acquire_owned() else {
+                    break;
+                };
+                let id = run.body.id.clone();
+                if let Err(e) = self.start_claimed(run, permit).await {
+                    tracing::error!(response_id = %id, error = %e, "cannot start a claimed run");
+                }
+            }
+        }
+    }
+
+    /// Starts a run this instance claimed from the queue.
+    async fn start_claimed(
+        &self,
+        run: StoredRun,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<(), EngineError> {
+        let mut body = run.body.clone();
+        body.status = ResponseStatus::InProgress;
+        let (tenant_id, id) = (run.tenant_id.clone(), body.id.clone());
+        // Readers of the stored body see it running.
+        self.inner
+            .store
+            .checkpoint(
+                &id,
+                self.holder(),
+                &body,
+                &run.transcript,
+                UnixMillis::now(),
+            )
+            .await?;
+        let key_id = run.key_id.as_deref();
+        let loaded = match self.load(&tenant_id, &body, &run.transcript, key_id).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                // The configuration changed since it was queued (a model or tool server is gone).
+                let why = format!("The run cannot start: {e}");
+                self.give_up(StoredRun { body, ..run }, &why).await;
+                return Ok(());
+            }
+        };
+        let next_sequence = self
+            .inner
+            .store
+            .last_sequence_number(&id)
+            .await?
+            .map_or(0, |n| n + 1);
+        let resumption = Resumption::unattended(StoredRun { body, ..run }, next_sequence);
+        let started = self.resume(loaded, resumption);
+        // The slot is free again when the run stops.
+        self.inner.maintenance.spawn(async move {
+            let _ = started.outcome.await;
+            drop(permit);
+        });
+        Ok(())
     }
 
     /// Every `sweep_interval`: renews the leases of the runs executing here (and stops those
@@ -174,6 +252,19 @@ impl Engine {
             Err(e) => {
                 tracing::error!(error = %e, "cannot let go of runs at shutdown; their leases run out instead")
             }
+        }
+    }
+
+    /// Writes the usage added up since the last time; kept for the next time if the store
+    /// cannot take it now.
+    pub async fn flush_usage(&self) {
+        let rows = self.inner.usage.take();
+        if rows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.inner.store.add_usage(&rows).await {
+            tracing::warn!(error = %e, "cannot record token usage; trying again later");
+            self.inner.usage.restore(rows);
         }
     }
 }

@@ -2,12 +2,13 @@
 //! and answers questions about them. It knows nothing of axum; the api layer maps
 //! [`EngineError`] to HTTP.
 //!
-//! Its rooms: `create` (new runs), `chain` (what a continuation inherits), `resume` (the one
-//! way a stored run continues here: after a pause, a claim, a takeover or a restart),
-//! `recovery` (completing the log of a run whose instance stopped), `pause`
-//! (`submit_tool_outputs` and continuations), `cancel`, `lifecycle` (every ending),
-//! `maintenance` (leases, sweeps, shutdown), `run/` (one run's execution), `hub` and
-//! `follow` (the event log, stored then published), `control` (stopping a run).
+//! Its rooms: `create` (new runs), `launch` (where every execution of a run starts: a new run
+//! prepared from its request, or a stored one loaded and resumed), `chain` (what a
+//! continuation inherits), `replay` (items a client replays), `pause` (`submit_tool_outputs`,
+//! continuations, expiry), `recovery` (completing the log of a run whose instance stopped,
+//! then taking it over), `cancel`, `lifecycle` (every ending), `maintenance` (leases, sweeps,
+//! claiming queued runs, shutdown), `run/` (one run's execution), `hub` and `follow` (the
+//! event log, stored then published), `control` (stopping a run).
 
 mod cancel;
 mod chain;
@@ -18,18 +19,17 @@ pub mod emitter;
 mod executor;
 mod follow;
 pub mod hub;
+mod launch;
 mod lifecycle;
 mod maintenance;
 mod pause;
 mod recovery;
 mod replay;
 mod request_servers;
-mod resume;
 mod run;
 mod toolset;
 mod usage;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -396,17 +396,4 @@ fn events(
     stream: impl Stream<Item = Result<Arc<EventRecord>, StoreError>> + Send + 'static,
 ) -> EventStream {
     Box::pin(stream.map(|event| event.map_err(EngineError::from)))
-}
-
-/// Tool servers already announced (`mcp_list_tools`) among these items. A listing that
-/// failed (an MCP server that was not connected) announced nothing: the server is listed again.
-fn announced<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'a str> {
-    items
-        .filter_map(|item| match item {
-            Item::McpListTools(listing) if listing.error.is_none() => {
-                Some(listing.server_label.as_str())
-            }
-            _ => None,
-        })
-        .collect()
 }

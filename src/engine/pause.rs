@@ -5,19 +5,16 @@
 
 use std::collections::HashSet;
 
+use super::launch::Resumption;
 use super::lifecycle::{Ending, StoredEnd, end_stored};
-use super::resume::Resumption;
 use super::run::Decision;
 use super::{Engine, EngineError, StartedRun};
 use crate::auth::Caller;
 use crate::protocol::items::{
     CallOutput, FunctionCallOutput, Item, McpApprovalResponse, ToolOutput,
 };
-use crate::protocol::request::{CreateResponse, FieldError, SubmitToolOutputs};
-use crate::protocol::response::{
-    CallKind, DEFAULT_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, PendingApproval, PendingWork,
-    ResponseObject, ResponseStatus, unless_default,
-};
+use crate::protocol::request::{FieldError, SubmitToolOutputs};
+use crate::protocol::response::{CallKind, PendingApproval, PendingWork, ResponseObject};
 use crate::protocol::transcript::Entry;
 use crate::store::{Change, RunState, StoreError, StoredRun, Transition};
 use crate::time::UnixMillis;
@@ -90,32 +87,6 @@ pub(super) fn check_outputs_match_calls(
     Ok(())
 }
 
-/// The request a stored run was created with, as far as running it again needs.
-pub(super) fn request_from_body(body: &ResponseObject) -> CreateResponse {
-    CreateResponse {
-        model: Some(body.model.clone()),
-        instructions: body.instructions.clone(),
-        metadata: Some(body.metadata.clone()),
-        store: Some(body.store),
-        background: Some(body.background),
-        previous_response_id: body.previous_response_id.clone(),
-        tools: Some(body.tools.clone()),
-        tool_choice: Some(body.tool_choice.clone()),
-        parallel_tool_calls: Some(body.parallel_tool_calls),
-        max_tool_calls: body.max_tool_calls,
-        temperature: unless_default(body.temperature, DEFAULT_TEMPERATURE),
-        top_p: unless_default(body.top_p, DEFAULT_TOP_P),
-        presence_penalty: unless_default(body.presence_penalty, DEFAULT_PENALTY),
-        frequency_penalty: unless_default(body.frequency_penalty, DEFAULT_PENALTY),
-        max_output_tokens: body.max_output_tokens,
-        text: Some(body.text.clone()),
-        reasoning: Some(body.reasoning.clone()),
-        user: body.user.clone(),
-        safety_identifier: body.safety_identifier.clone(),
-        ..CreateResponse::default()
-    }
-}
-
 impl Engine {
     /// `POST /v1/responses/{id}/submit_tool_outputs`: answers every pending call exactly once
     /// and resumes the same run here, whichever instance paused it.
@@ -149,11 +120,7 @@ impl Engine {
             .load(tenant_id, &run.body, &run.transcript, run.key_id.as_deref())
             .await?;
         let mut body = run.body.clone();
-        body.status = ResponseStatus::InProgress;
-        body.required_action = None;
-        body.completed_at = None;
-        // Null while running (SPEC §4); the run adds to it when it stops again.
-        body.usage = None;
+        body.reopen();
         let now = UnixMillis::now();
         let change = Change {
             body: Some(&body),

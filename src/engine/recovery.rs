@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::emitter::EventEmitter;
-use super::resume::Resumption;
+use super::launch::Resumption;
 use super::{Engine, EngineError};
 use crate::protocol::events::{Event, EventRecord};
 use crate::protocol::items::{Item, ItemStatus};
@@ -227,13 +227,7 @@ impl Engine {
                 return Ok(());
             }
         };
-        let resumption = Resumption {
-            run,
-            next_sequence: emitter.next_sequence(),
-            stream: false,
-            decisions: Vec::new(),
-            appended: Vec::new(),
-        };
+        let resumption = Resumption::unattended(run, emitter.next_sequence());
         self.resume(loaded, resumption);
         Ok(())
     }

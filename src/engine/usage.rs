@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Engine, EngineError};
-use crate::auth::Caller;
 use crate::protocol::response::Usage;
 use crate::store::UsageRow;
 use crate::time::UnixMillis;
@@ -24,7 +22,8 @@ pub(super) struct KeyRun {
 }
 
 impl KeyRuns {
-    fn count(&self, key_id: &str) -> u32 {
+    /// How many runs of the key execute here.
+    pub fn count(&self, key_id: &str) -> u32 {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         running.get(key_id).copied().unwrap_or(0)
     }
@@ -82,13 +81,14 @@ impl UsageMeter {
         row.output_tokens += used.output_tokens as i64;
     }
 
-    fn take(&self) -> Vec<UsageRow> {
+    /// The rows added up so far, leaving none.
+    pub fn take(&self) -> Vec<UsageRow> {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
         rows.drain().map(|(_, row)| row).collect()
     }
 
     /// Puts back rows that could not be written.
-    fn restore(&self, failed: Vec<UsageRow>) {
+    pub fn restore(&self, failed: Vec<UsageRow>) {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
         for row in failed {
             let key = (
@@ -108,40 +108,6 @@ impl UsageMeter {
             into.input_tokens += row.input_tokens;
             into.cached_tokens += row.cached_tokens;
             into.output_tokens += row.output_tokens;
-        }
-    }
-}
-
-impl Engine {
-    /// A 429 when the caller's key has as many runs executing here as it may.
-    pub(super) fn check_concurrency(&self, caller: &Caller) -> Result<(), EngineError> {
-        let Some(key) = &caller.key else {
-            return Ok(());
-        };
-        let Some(limit) = key.policy.max_concurrent_runs else {
-            return Ok(());
-        };
-        if self.inner.key_runs.count(&key.id) >= limit {
-            return Err(EngineError::RateLimited {
-                message: format!(
-                    "This API key may have {limit} runs in progress at once; retry when one has stopped."
-                ),
-                retry_after_secs: 1,
-            });
-        }
-        Ok(())
-    }
-
-    /// Writes the usage added up since the last time; kept for the next time if the store
-    /// cannot take it now.
-    pub async fn flush_usage(&self) {
-        let rows = self.inner.usage.take();
-        if rows.is_empty() {
-            return;
-        }
-        if let Err(e) = self.inner.store.add_usage(&rows).await {
-            tracing::warn!(error = %e, "cannot record token usage; trying again later");
-            self.inner.usage.restore(rows);
         }
     }
 }

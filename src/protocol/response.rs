@@ -2,10 +2,12 @@
 //! because strict clients reject a missing key.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use super::items::Item;
+use super::request::CreateResponse;
+use super::tools::echo_tools;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -114,9 +116,9 @@ fn object_compaction() -> utoipa::openapi::schema::Object {
 }
 
 /// The defaults of the sampling settings, echoed when a request leaves them out.
-pub const DEFAULT_TEMPERATURE: f64 = 1.0;
-pub const DEFAULT_TOP_P: f64 = 1.0;
-pub const DEFAULT_PENALTY: f64 = 0.0;
+const DEFAULT_TEMPERATURE: f64 = 1.0;
+const DEFAULT_TOP_P: f64 = 1.0;
+const DEFAULT_PENALTY: f64 = 0.0;
 
 fn one_if_null<'de, D: serde::Deserializer<'de>>(de: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(de)?.unwrap_or(1.0))
@@ -129,8 +131,119 @@ fn zero_if_null<'de, D: serde::Deserializer<'de>>(de: D) -> Result<f64, D::Error
 /// A sampling setting to send upstream: none when it is the default, so that a provider
 /// whose own default differs keeps it (a stored body no longer says whether the client set
 /// the default explicitly).
-pub fn unless_default(value: f64, default: f64) -> Option<f64> {
+fn unless_default(value: f64, default: f64) -> Option<f64> {
     (value != default).then_some(value)
+}
+
+/// The mapping between a request and the stored Response object, both ways: a run is stored
+/// as its body alone, and every later execution of it (after a pause, a claim, a takeover)
+/// reads its request back from there.
+impl ResponseObject {
+    /// The Response object of a new run of `request` on `model` (the request's model, as
+    /// routed): every setting echoed, defaults filled in, nothing produced yet.
+    pub fn for_request(
+        id: &str,
+        model: &str,
+        request: &CreateResponse,
+        created_at: i64,
+    ) -> ResponseObject {
+        let mut text = match &request.text {
+            Some(Value::Object(object)) => object.clone(),
+            _ => Map::new(),
+        };
+        text.entry("format")
+            .or_insert_with(|| json!({"type": "text"}));
+        ResponseObject {
+            id: id.to_string(),
+            object: "response".into(),
+            created_at,
+            completed_at: None,
+            status: ResponseStatus::InProgress,
+            error: None,
+            incomplete_details: None,
+            instructions: request.instructions.clone(),
+            model: model.to_string(),
+            output: Vec::new(),
+            parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
+            previous_response_id: request.previous_response_id.clone(),
+            tools: echo_tools(request.tools.as_deref().unwrap_or_default()),
+            tool_choice: request.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            truncation: request
+                .truncation
+                .clone()
+                .unwrap_or_else(|| "disabled".into()),
+            text: Value::Object(text),
+            reasoning: request
+                .reasoning
+                .clone()
+                .filter(Value::is_object)
+                .unwrap_or_else(|| json!({"effort": null, "summary": null})),
+            temperature: request.temperature.unwrap_or(DEFAULT_TEMPERATURE),
+            top_p: request.top_p.unwrap_or(DEFAULT_TOP_P),
+            presence_penalty: request.presence_penalty.unwrap_or(DEFAULT_PENALTY),
+            frequency_penalty: request.frequency_penalty.unwrap_or(DEFAULT_PENALTY),
+            top_logprobs: Some(request.top_logprobs.unwrap_or(0)),
+            max_output_tokens: request.max_output_tokens,
+            max_tool_calls: request.max_tool_calls,
+            store: request.store.unwrap_or(true),
+            background: request.background.unwrap_or(false),
+            service_tier: Some(
+                request
+                    .service_tier
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
+            ),
+            metadata: request.metadata.clone().unwrap_or_default(),
+            safety_identifier: request.safety_identifier.clone(),
+            prompt_cache_key: request.prompt_cache_key.clone(),
+            user: request.user.clone(),
+            usage: None,
+            required_action: None,
+        }
+    }
+
+    /// The request this run was created with, as far as the body keeps it: every setting of
+    /// [`ResponseObject::for_request`], so that `for_request` of it gives this body back (the
+    /// input lives in the run's input items; a sampling setting equal to its default comes back
+    /// unset).
+    pub fn request(&self) -> CreateResponse {
+        CreateResponse {
+            model: Some(self.model.clone()),
+            instructions: self.instructions.clone(),
+            metadata: Some(self.metadata.clone()),
+            store: Some(self.store),
+            background: Some(self.background),
+            previous_response_id: self.previous_response_id.clone(),
+            tools: Some(self.tools.clone()),
+            tool_choice: Some(self.tool_choice.clone()),
+            parallel_tool_calls: Some(self.parallel_tool_calls),
+            max_tool_calls: self.max_tool_calls,
+            temperature: unless_default(self.temperature, DEFAULT_TEMPERATURE),
+            top_p: unless_default(self.top_p, DEFAULT_TOP_P),
+            presence_penalty: unless_default(self.presence_penalty, DEFAULT_PENALTY),
+            frequency_penalty: unless_default(self.frequency_penalty, DEFAULT_PENALTY),
+            top_logprobs: self.top_logprobs,
+            max_output_tokens: self.max_output_tokens,
+            text: Some(self.text.clone()),
+            reasoning: Some(self.reasoning.clone()),
+            truncation: Some(self.truncation.clone()),
+            user: self.user.clone(),
+            safety_identifier: self.safety_identifier.clone(),
+            prompt_cache_key: self.prompt_cache_key.clone(),
+            service_tier: self.service_tier.clone(),
+            ..CreateResponse::default()
+        }
+    }
+
+    /// The body as its run executes again (resumed, claimed): in progress, waiting for
+    /// nothing, not completed, its usage `null` until it stops again (SPEC §4). Returns the
+    /// usage so far, to which the run adds.
+    pub fn reopen(&mut self) -> Option<Usage> {
+        self.status = ResponseStatus::InProgress;
+        self.required_action = None;
+        self.completed_at = None;
+        self.usage.take()
+    }
 }
 
 /// What a paused run waits for (SPEC §3): outputs of the client's calls, and answers to
@@ -329,4 +442,105 @@ pub struct Compacted {
     pub output: Vec<Item>,
     pub created_at: i64,
     pub usage: Usage,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(value: Value) -> CreateResponse {
+        serde_json::from_value(value).unwrap()
+    }
+
+    /// Every setting a request can give, none of them at its default.
+    fn every_setting() -> Value {
+        json!({
+            "model": "gpt-4o", "input": "hi", "instructions": "Be brief",
+            "metadata": {"k": "v"}, "store": false, "background": true,
+            "previous_response_id": "resp_1",
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "tool_choice": "required", "parallel_tool_calls": false, "max_tool_calls": 3,
+            "temperature": 0.5, "top_p": 0.9, "presence_penalty": 0.1,
+            "frequency_penalty": 0.2, "top_logprobs": 2, "max_output_tokens": 100,
+            "text": {"format": {"type": "json_object"}, "verbosity": "low"},
+            "reasoning": {"effort": "high", "summary": "auto"}, "truncation": "auto",
+            "user": "u", "safety_identifier": "s", "prompt_cache_key": "p",
+            "service_tier": "flex"
+        })
+    }
+
+    #[test]
+    fn a_stored_body_gives_back_the_request_that_made_it() {
+        for given in [json!({"model": "m", "input": "hi"}), every_setting()] {
+            let body = ResponseObject::for_request("resp_x", "m", &request(given.clone()), 7);
+            let again = ResponseObject::for_request("resp_x", "m", &body.request(), 7);
+            assert_eq!(again, body, "{given}");
+        }
+    }
+
+    #[test]
+    fn the_request_read_back_keeps_every_setting_a_run_uses() {
+        let given = request(every_setting());
+        let back = ResponseObject::for_request("resp_x", "gpt-4o", &given, 7).request();
+        let settings = |r: &CreateResponse| {
+            json!([
+                r.model,
+                r.instructions,
+                r.metadata,
+                r.store,
+                r.background,
+                r.previous_response_id,
+                r.tool_choice,
+                r.parallel_tool_calls,
+                r.max_tool_calls,
+                r.temperature,
+                r.top_p,
+                r.presence_penalty,
+                r.frequency_penalty,
+                r.top_logprobs,
+                r.max_output_tokens,
+                r.text,
+                r.reasoning,
+                r.truncation,
+                r.user,
+                r.safety_identifier,
+                r.prompt_cache_key,
+                r.service_tier
+            ])
+        };
+        assert_eq!(settings(&back), settings(&given));
+        // Tools come back echoed: with every key of their standard shape.
+        assert_eq!(back.tools.as_ref().unwrap()[0]["name"], "f");
+        assert_eq!(back.tools.as_ref().unwrap()[0]["strict"], Value::Null);
+    }
+
+    #[test]
+    fn a_default_sampling_setting_comes_back_unset() {
+        let given = request(json!({"model": "m", "temperature": 1.0, "top_p": 1.0}));
+        let back = ResponseObject::for_request("resp_x", "m", &given, 7).request();
+        assert_eq!((back.temperature, back.top_p), (None, None));
+        assert_eq!(
+            (back.presence_penalty, back.frequency_penalty),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn a_reopened_body_runs_again_and_hands_over_its_usage() {
+        let mut body = ResponseObject::for_request("resp_x", "m", &request(json!({})), 7);
+        body.status = ResponseStatus::Completed;
+        body.completed_at = Some(9);
+        body.required_action = Some(RequiredAction::new(10, PendingWork::default()));
+        body.usage = Some(Usage {
+            input_tokens: 5,
+            ..Usage::default()
+        });
+        let usage = body.reopen();
+        assert_eq!(usage.map(|u| u.input_tokens), Some(5));
+        assert_eq!(body.status, ResponseStatus::InProgress);
+        assert_eq!(
+            (body.completed_at, &body.required_action, &body.usage),
+            (None, &None, &None)
+        );
+    }
 }
