@@ -40,7 +40,7 @@ pub struct Config {
     pub runs: RunsConfig,
     pub tools: ToolsConfig,
     /// What one request may ask for.
-    pub limits: crate::protocol::request::RequestLimits,
+    pub limits: crate::protocol::limits::RequestLimits,
     /// HTTP tool servers by label.
     #[serde(default)]
     pub tool_servers: BTreeMap<String, ToolServerConfig>,

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::protocol::request::FieldError;
+use crate::protocol::field::FieldError;
 
 /// The body of every HTTP error (SPEC §10): all four keys always present.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]

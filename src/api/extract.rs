@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::AppState;
 use crate::error::ApiError;
-use crate::protocol::request::describe_serde_error;
+use crate::protocol::field::describe_serde_error;
 
 /// A JSON body.
 pub struct ApiJson<T>(pub T);

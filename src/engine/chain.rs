@@ -2,7 +2,7 @@
 //! `previous_response_id`, oldest first. Instructions are not inherited (SPEC §9).
 
 use super::{Engine, EngineError, MAX_CHAIN_DEPTH};
-use crate::protocol::request::FieldError;
+use crate::protocol::field::FieldError;
 use crate::protocol::response::{ResponseObject, ResponseStatus};
 use crate::protocol::transcript::Entry;
 use crate::store::{RunState, StoreError, StoredRun};

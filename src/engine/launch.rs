@@ -22,8 +22,9 @@ use super::usage::KeyRuns;
 use super::{Engine, EngineError, RunOutcome, StartedRun, events};
 use crate::auth::{Caller, KeyPolicy};
 use crate::llm::{LlmClient, ModelRequest};
+use crate::protocol::field::FieldError;
 use crate::protocol::items::Item;
-use crate::protocol::request::{CreateResponse, FieldError};
+use crate::protocol::request::CreateResponse;
 use crate::protocol::response::{ResponseObject, Usage};
 use crate::protocol::tools::{
     ToolDecl, check_tool_limits, parse_tool_choice, parse_tools, parse_tools_at,

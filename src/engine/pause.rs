@@ -10,10 +10,11 @@ use super::lifecycle::{Ending, StoredEnd, end_stored};
 use super::run::Decision;
 use super::{Engine, EngineError, StartedRun};
 use crate::auth::Caller;
+use crate::protocol::field::FieldError;
 use crate::protocol::items::{
     CallOutput, FunctionCallOutput, Item, McpApprovalResponse, ToolOutput,
 };
-use crate::protocol::request::{FieldError, SubmitToolOutputs};
+use crate::protocol::request::SubmitToolOutputs;
 use crate::protocol::response::{CallKind, PendingApproval, PendingWork, ResponseObject};
 use crate::protocol::transcript::Entry;
 use crate::store::{Change, RunState, StoreError, StoredRun, Transition};

@@ -6,8 +6,9 @@
 use std::collections::HashSet;
 
 use super::{Engine, EngineError};
+use crate::protocol::field::FieldError;
 use crate::protocol::items::Item;
-use crate::protocol::request::{FieldError, InputEntry};
+use crate::protocol::request::InputEntry;
 use crate::protocol::response::ResponseObject;
 use crate::store::{FoundItem, RunState, StoredRun};
 

@@ -14,7 +14,7 @@ use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use super::Engine;
 use super::toolset::RequestNamed;
 use crate::auth::KeyPolicy;
-use crate::protocol::request::FieldError;
+use crate::protocol::field::FieldError;
 use crate::protocol::tools::{McpTool, ToolDecl};
 use crate::tools::address;
 use crate::tools::mcp::{RESERVED_HEADERS, RequestServer, sensitive_header};

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::auth::KeyPolicy;
 use crate::llm::ToolSpec;
+use crate::protocol::field::FieldError;
 use crate::protocol::items::McpToolInfo;
-use crate::protocol::request::FieldError;
 use crate::protocol::response::CallKind;
 use crate::protocol::tools::{
     AllowedRef, ApprovalPolicy, CustomTool, FunctionTool, McpTool, Namespace, ToolChoice, ToolDecl,

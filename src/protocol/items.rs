@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::field::json_kind;
 use super::ids;
 
 /// An input or output item, tagged by `type`.
@@ -311,18 +312,6 @@ pub(crate) fn content_schema() -> utoipa::openapi::schema::Schema {
         super::schema::string().into(),
         super::schema::array_of::<ContentPart>().into(),
     ])
-}
-
-/// A word for a JSON value's type, for error messages.
-pub fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// A call of a definition-only function tool, made by the model.

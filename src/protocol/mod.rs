@@ -3,8 +3,10 @@
 //! the run loop.
 
 pub mod events;
+pub mod field;
 pub mod ids;
 pub mod items;
+pub mod limits;
 pub mod request;
 pub mod response;
 pub mod schema;

@@ -7,25 +7,11 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{AdditionalProperties, Object, ObjectBuilder, Schema, Type};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
-use super::items::{Item, json_kind};
+use super::field::{FieldError, json_kind, optional, typed};
+use super::items::Item;
+use super::limits::RequestLimits;
 use super::schema::{any_of, array_of, described, one_of, or_null, reference, string, tagged};
 use super::tools::{ToolChoiceSchema, ToolEntry};
-
-/// A request field that is wrong, with the reason; becomes a 400 naming `param`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldError {
-    pub param: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(param: impl Into<String>, message: impl Into<String>) -> FieldError {
-        FieldError {
-            param: param.into(),
-            message: message.into(),
-        }
-    }
-}
 
 /// `POST /v1/responses`
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -241,49 +227,6 @@ fn null_only() -> Object {
     Object::with_type(Type::Null)
 }
 
-/// Limits on what one request may ask for (the `[limits]` section of the configuration); each
-/// one exceeded is a 400 naming the field.
-#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestLimits {
-    /// Tools a request declares (a namespace's tools and an `additional_tools` item's count).
-    pub max_tools: usize,
-    /// Bytes of one tool's parameter schema (as JSON).
-    pub max_schema_bytes: usize,
-    /// Nesting of one tool's parameter schema.
-    pub max_schema_depth: usize,
-    /// Items of `input`.
-    pub max_input_items: usize,
-    /// Bytes of `input` (as JSON).
-    pub max_input_bytes: usize,
-    /// Bytes of `instructions`.
-    pub max_instructions_bytes: usize,
-    /// Pairs of `metadata`, and the characters of a key and of a value (the standard's 16,
-    /// 64 and 512).
-    pub metadata_max_pairs: usize,
-    pub metadata_max_key_chars: usize,
-    pub metadata_max_value_chars: usize,
-    /// Bytes of a server tool's output: a longer one is cut, with a marker saying so.
-    pub max_tool_output_bytes: usize,
-}
-
-impl Default for RequestLimits {
-    fn default() -> RequestLimits {
-        RequestLimits {
-            max_tools: 128,
-            max_schema_bytes: 65_536,
-            max_schema_depth: 32,
-            max_input_items: 2_048,
-            max_input_bytes: 4_194_304,
-            max_instructions_bytes: 262_144,
-            metadata_max_pairs: 16,
-            metadata_max_key_chars: 64,
-            metadata_max_value_chars: 512,
-            max_tool_output_bytes: 1_048_576,
-        }
-    }
-}
-
 impl CreateResponse {
     /// Checks the values the type system cannot: ranges, limits and unsupported features.
     pub fn validate(&self, limits: &RequestLimits) -> Result<(), FieldError> {
@@ -434,32 +377,6 @@ impl CreateResponse {
                 "text.format.type",
                 "Missing required parameter: 'text.format.type'.",
             )),
-        }
-    }
-}
-
-/// `object[key]` is absent, `null`, or passes `is`: a key of a hand-parsed object whose value
-/// is passed on or echoed, so that a value of the wrong type is a 400 naming it rather than
-/// something the upstream chokes on or the Response object echoes.
-pub(crate) fn optional(
-    object: &Value,
-    key: &str,
-    path: &str,
-    is: fn(&Value) -> bool,
-    expected: &str,
-) -> Result<(), FieldError> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(()),
-        Some(value) if is(value) => Ok(()),
-        Some(value) => {
-            let param = format!("{path}.{key}");
-            Err(FieldError::new(
-                param.clone(),
-                format!(
-                    "Invalid type for '{param}': expected {expected}, but got {} instead.",
-                    json_kind(value)
-                ),
-            ))
         }
     }
 }
@@ -656,66 +573,6 @@ fn parse_plain_item(value: &Value, path: &str) -> Result<Item, FieldError> {
             format!("{path}.type"),
             format!("Missing required parameter: '{path}.type'."),
         )),
-    }
-}
-
-pub(crate) fn typed<T: serde::de::DeserializeOwned>(
-    value: Value,
-    path: &str,
-) -> Result<T, FieldError> {
-    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
-        let inner = e.path().to_string();
-        let param = if inner == "." || inner.is_empty() {
-            path.to_string()
-        } else {
-            format!("{path}.{inner}")
-        };
-        describe_serde_error(&param, &e.into_inner().to_string())
-    })
-}
-
-/// Turns a serde message into an OpenAI-style one naming the field.
-pub fn describe_serde_error(param: &str, message: &str) -> FieldError {
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        let name = rest.split('`').next().unwrap_or(rest);
-        let full = join_path(param, name);
-        return FieldError::new(full.clone(), format!("Unknown parameter: '{full}'."));
-    }
-    if let Some(rest) = message.strip_prefix("missing field `") {
-        let name = rest.split('`').next().unwrap_or(rest);
-        let full = join_path(param, name);
-        return FieldError::new(
-            full.clone(),
-            format!("Missing required parameter: '{full}'."),
-        );
-    }
-    if let Some(rest) = message.strip_prefix("unknown variant `") {
-        let name = rest.split('`').next().unwrap_or(rest);
-        let expected = rest
-            .split_once("expected ")
-            .map(|(_, e)| e.replace('`', "'"))
-            .unwrap_or_default();
-        return FieldError::new(
-            param,
-            format!("Invalid value for '{param}': '{name}'. Expected {expected}."),
-        );
-    }
-    let message = message.split(" at line ").next().unwrap_or(message);
-    if param.is_empty() || param == "." {
-        FieldError::new("", format!("Invalid request body: {message}."))
-    } else {
-        FieldError::new(param, format!("Invalid value for '{param}': {message}."))
-    }
-}
-
-/// `parent.name`, unless serde already put `name` at the end of the path.
-fn join_path(parent: &str, name: &str) -> String {
-    if parent == name || parent.ends_with(&format!(".{name}")) {
-        parent.to_string()
-    } else if parent.is_empty() || parent == "." {
-        name.to_string()
-    } else {
-        format!("{parent}.{name}")
     }
 }
 

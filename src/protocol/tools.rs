@@ -9,8 +9,8 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::items::json_kind;
-use super::request::{FieldError, optional, typed};
+use super::field::{FieldError, json_kind, optional, typed};
+use super::limits::RequestLimits;
 use super::schema::{
     array, described, nullable_string, one_of, one_of_strings, or_null, string, strings, tagged,
     tagged_ref,
@@ -472,7 +472,7 @@ fn parse_namespace(value: &Value, path: &str) -> Result<ToolDecl, FieldError> {
 /// schema's size and nesting. `paths` names where each declaration came from.
 pub fn check_tool_limits(
     decls: &[(String, ToolDecl)],
-    limits: &super::request::RequestLimits,
+    limits: &RequestLimits,
 ) -> Result<(), FieldError> {
     let mut count = 0;
     for (path, decl) in decls {
