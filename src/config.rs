@@ -4,10 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::sync::Arc;
 
 use figment::Figment;
-use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::redact;
@@ -15,13 +14,15 @@ use crate::redact;
 mod sources;
 mod validate;
 
-use sources::Origin;
 pub use sources::{did_you_mean, key};
 
 /// The defaults, compiled into the binary so it runs from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Headers the MCP transport sets itself; neither the configuration nor a request may set them.
+pub const MCP_RESERVED_HEADERS: [&str; 3] = ["accept", "mcp-session-id", "last-event-id"];
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -454,42 +455,24 @@ pub struct ResolvedProvider {
     pub max_concurrent_requests: Option<usize>,
 }
 
+/// The layered configuration a [`Config`] was read from, kept to say where a value came from.
+#[derive(Clone, Default)]
+struct Origin(Option<Arc<Figment>>);
+
+impl fmt::Debug for Origin {
+    /// Not the values: they hold the secrets [`Secret`] hides.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Origin")
+    }
+}
+
+impl Origin {
+    fn of(figment: Figment) -> Origin {
+        Origin(Some(Arc::new(figment)))
+    }
+}
+
 impl Config {
-    /// Loads the defaults, the optional file, then the `SWITCHYARD__…` environment variables.
-    /// Only reading happens here (unknown keys and values of the wrong type are errors); what
-    /// the values mean is checked by [`Config::validate`].
-    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        Config::load_with_env(path, Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR))
-    }
-
-    /// Loads the defaults and the given overrides only (tests use this to stay independent
-    /// of the process environment).
-    pub fn load_with_env(path: Option<&Path>, env: Env) -> Result<Config, ConfigError> {
-        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
-        if let Some(path) = path {
-            if !path.exists() {
-                return Err(ConfigError::MissingFile(path.display().to_string()));
-            }
-            figment = figment.merge(Toml::file_exact(path));
-        }
-        sources::extract(&figment.merge(env)).map_err(|errors| ConfigError::Invalid {
-            errors,
-            warnings: Vec::new(),
-        })
-    }
-
-    /// The defaults alone.
-    pub fn defaults() -> Result<Config, ConfigError> {
-        Config::load_with_env(None, Env::raw().only(&[]))
-    }
-
-    /// Every problem of the values themselves (URLs, providers and their keys, tool servers,
-    /// limits), all of them rather than the first. Reads the environment variables the
-    /// configuration names (`api_key_env`, `${VAR}` in header values).
-    pub fn validate(&self) -> Findings {
-        validate::all(self)
-    }
-
     /// Every provider with its URL and key resolved; the default provider first.
     pub fn providers(&self) -> Vec<ResolvedProvider> {
         let mut list = vec![resolve("default", &self.llm.provider, true)];
@@ -592,6 +575,8 @@ pub fn expand_env(value: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use figment::providers::{Format, Toml};
+
     use super::*;
 
     fn read(toml: &str) -> Result<Config, Vec<String>> {

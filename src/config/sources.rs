@@ -3,35 +3,20 @@
 //! the `SWITCHYARD__…` variable), and for a mistyped key the closest known one.
 
 use std::fmt;
-use std::sync::Arc;
+use std::path::Path;
 
 use figment::error::Kind;
-use figment::providers::{Format, Serialized, Toml};
+use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Value;
 use figment::{Figment, Source};
 
-use super::{Config, DEFAULT_TOML, ENV_PREFIX, ENV_SEPARATOR};
+use super::{Config, ConfigError, DEFAULT_TOML, ENV_PREFIX, ENV_SEPARATOR, Origin};
 
 /// At most this many problems are read from one configuration: each is fixed up (an unknown
 /// key dropped, a bad value replaced by its default) and the configuration read again.
 const MAX_PROBLEMS: usize = 64;
 
-/// The layered configuration a [`Config`] was read from, kept to say where a value came from.
-#[derive(Clone, Default)]
-pub(super) struct Origin(Option<Arc<Figment>>);
-
-impl fmt::Debug for Origin {
-    /// Not the values: they hold the secrets [`super::Secret`] hides.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Origin")
-    }
-}
-
 impl Origin {
-    pub(super) fn of(figment: Figment) -> Origin {
-        Origin(Some(Arc::new(figment)))
-    }
-
     /// Where the value at `path` was set: a file or an environment variable; nothing for the
     /// compiled-in defaults or a key that is not set.
     pub(super) fn source(&self, path: &[String]) -> Option<Setter> {
@@ -287,6 +272,36 @@ fn replace(values: &mut Value, path: &[String], value: Value) -> bool {
             true
         }
         None => false,
+    }
+}
+
+impl Config {
+    /// Loads the defaults, the optional file, then the `SWITCHYARD__…` environment variables.
+    /// Only reading happens here (unknown keys and values of the wrong type are errors); what
+    /// the values mean is checked by [`Config::validate`].
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::load_with_env(path, Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR))
+    }
+
+    /// Loads the defaults and the given overrides only (tests use this to stay independent
+    /// of the process environment).
+    pub fn load_with_env(path: Option<&Path>, env: Env) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = path {
+            if !path.exists() {
+                return Err(ConfigError::MissingFile(path.display().to_string()));
+            }
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        extract(&figment.merge(env)).map_err(|errors| ConfigError::Invalid {
+            errors,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// The defaults alone.
+    pub fn defaults() -> Result<Config, ConfigError> {
+        Config::load_with_env(None, Env::raw().only(&[]))
     }
 }
 

@@ -462,7 +462,7 @@ impl Check<'_> {
             }
             self.header_values(&path("headers"), &server.headers, true);
             for name in server.headers.keys() {
-                let reserved = crate::tools::mcp::RESERVED_HEADERS;
+                let reserved = super::MCP_RESERVED_HEADERS;
                 if reserved.contains(&name.to_ascii_lowercase().as_str()) {
                     let mut key = path("headers");
                     key.push(name.clone());
@@ -540,6 +540,15 @@ fn is_local(url: &Url) -> bool {
             name == "localhost" || name.ends_with(".localhost") || !name.contains('.')
         }
         None => false,
+    }
+}
+
+impl Config {
+    /// Every problem of the values themselves (URLs, providers and their keys, tool servers,
+    /// limits), all of them rather than the first. Reads the environment variables the
+    /// configuration names (`api_key_env`, `${VAR}` in header values).
+    pub fn validate(&self) -> Findings {
+        all(self)
     }
 }
 

@@ -112,7 +112,7 @@ impl Drop for McpServers {
 }
 
 /// Headers the MCP transport sets itself; neither the configuration nor a request may set them.
-pub const RESERVED_HEADERS: [&str; 3] = ["accept", "mcp-session-id", "last-event-id"];
+pub use crate::config::MCP_RESERVED_HEADERS as RESERVED_HEADERS;
 
 /// A header for an MCP server, its value marked sensitive (left out of `Debug`). The problem,
 /// if any, names the header, never its value.
