@@ -1,21 +1,22 @@
 //! The upstream model. `LlmClient` speaks in Responses terms (items in, model events out) so
 //! the engine never sees a provider's wire format; `openai` implements it over the
-//! chat-completions streaming API.
+//! chat-completions streaming API, `resilient` adds retries, concurrency caps and fallbacks,
+//! and `router` picks the client of a model.
 
 pub mod openai;
 pub mod resilient;
+mod router;
 pub mod sse;
 
-use std::collections::HashMap;
+pub use router::ModelRouter;
+
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::Stream;
 use serde_json::Value;
 
-use crate::config::Config;
 use crate::protocol::response::Usage;
 use crate::protocol::transcript::Entry;
 
@@ -144,83 +145,4 @@ pub trait LlmClient: Send + Sync + 'static {
     /// Starts one streamed model turn. Errors before the first event (connection, status,
     /// first-byte timeout) come back here; later ones inside the stream.
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, LlmError>;
-}
-
-/// Which client serves which model.
-pub struct ModelRouter {
-    routes: HashMap<String, Arc<dyn LlmClient>>,
-    /// The provider whose models include `"*"`, serving every model nobody lists.
-    fallback: Option<Arc<dyn LlmClient>>,
-    /// Listed models with their provider's name, in configuration order.
-    listed: Vec<(String, String)>,
-}
-
-impl ModelRouter {
-    /// Builds one chat-completions client per configured provider.
-    pub fn from_config(config: &Config) -> Result<ModelRouter, LlmError> {
-        let mut router = ModelRouter::empty();
-        let llm = &config.llm;
-        let retry = resilient::RetryPolicy {
-            retries: llm.retries,
-            initial: Duration::from_millis(llm.retry_initial_ms),
-            max: Duration::from_millis(llm.retry_max_ms),
-        };
-        for provider in config.providers() {
-            let chat: Arc<dyn LlmClient> =
-                Arc::new(openai::ChatCompletionsClient::new(&provider, llm)?);
-            let client = resilient::Resilient::new(
-                chat,
-                &provider.name,
-                retry,
-                provider.max_concurrent_requests,
-                Duration::from_millis(llm.first_byte_timeout_ms),
-            );
-            router.add(&provider.name, &provider.models, Arc::new(client));
-        }
-        for (model, fallback) in &config.fallbacks {
-            let (Some(primary), Some(other)) = (router.route(model), router.route(&fallback.model))
-            else {
-                continue;
-            };
-            let client = resilient::Fallback {
-                primary,
-                fallback: other,
-                model: fallback.model.clone(),
-            };
-            router.routes.insert(model.clone(), Arc::new(client));
-        }
-        Ok(router)
-    }
-
-    pub fn empty() -> ModelRouter {
-        ModelRouter {
-            routes: HashMap::new(),
-            fallback: None,
-            listed: Vec::new(),
-        }
-    }
-
-    /// Routes `models` to `client`; `"*"` makes it the fallback.
-    pub fn add(&mut self, provider: &str, models: &[String], client: Arc<dyn LlmClient>) {
-        for model in models {
-            if model == "*" {
-                self.fallback = Some(client.clone());
-            } else {
-                self.routes.insert(model.clone(), client.clone());
-                self.listed.push((model.clone(), provider.to_string()));
-            }
-        }
-    }
-
-    pub fn route(&self, model: &str) -> Option<Arc<dyn LlmClient>> {
-        self.routes
-            .get(model)
-            .cloned()
-            .or_else(|| self.fallback.clone())
-    }
-
-    /// `(model, provider)` pairs for `GET /v1/models`.
-    pub fn models(&self) -> &[(String, String)] {
-        &self.listed
-    }
 }
