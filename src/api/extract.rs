@@ -8,7 +8,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use super::AppState;
+use super::state::AppState;
 use crate::error::ApiError;
 use crate::protocol::field::describe_serde_error;
 

@@ -1,40 +1,34 @@
 //! HTTP: thin axum handlers that parse, call the engine and render. No SQL here.
+//!
+//! `router` (here) puts the routes together; `responses` and `websocket` serve
+//! `/v1/responses`, `service` the models, health, readiness and metrics; `extract` parses
+//! bodies and queries into errors that name the field, `sse` writes event streams, `access`
+//! logs and tags each request, `state` is what every handler shares, `openapi` and `errors`
+//! make the OpenAPI document.
 
 mod access;
+mod errors;
 mod extract;
 pub mod openapi;
 mod responses;
+mod service;
 pub mod sse;
+mod state;
 mod websocket;
 
-use std::sync::Arc;
-use std::time::Duration;
+pub use state::AppState;
 
+use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Extension, Router};
-use serde::Serialize;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 
-use crate::auth::{AuthError, Authenticator, Caller};
-use crate::engine::{Engine, EngineError};
+use crate::auth::AuthError;
+use crate::engine::EngineError;
 use crate::error::ApiError;
-use crate::protocol::response::{Model, ModelList};
 use crate::store::StoreError;
-
-#[derive(Clone)]
-pub struct AppState {
-    pub engine: Engine,
-    pub auth: Arc<Authenticator>,
-    pub body_limit: usize,
-    /// How long a request body may take to arrive.
-    pub body_timeout: Duration,
-    pub heartbeat: Duration,
-    /// Set as shutdown begins: `/readyz` answers 503 from then on.
-    pub stopping: Arc<std::sync::atomic::AtomicBool>,
-}
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.body_limit;
@@ -64,7 +58,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/responses/{id}/cancel",
             axum::routing::post(responses::cancel),
         )
-        .route("/v1/models", get(models))
+        .route("/v1/models", get(service::models))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             authenticate,
@@ -73,9 +67,9 @@ pub fn router(state: AppState) -> Router {
     let document = openapi::document();
     Router::new()
         .merge(v1)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/healthz", get(service::healthz))
+        .route("/readyz", get(service::readyz))
+        .route("/metrics", get(service::metrics))
         // Not under /v1, as /metrics: no key needed.
         .route(
             "/openapi.json",
@@ -140,142 +134,6 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
-}
-
-/// The models the service routes that the caller's key may use.
-#[utoipa::path(
-    get,
-    path = "/v1/models",
-    tag = "models",
-    operation_id = "listModels",
-    summary = "The models the service routes",
-    description = "Every model the configuration routes that the caller's key may use, in \
-        configuration order; `owned_by` is the provider's name. A provider's `*` (any other \
-        model) is not listed.",
-    responses((status = 200, description = "The models.", body = ModelList)),
-)]
-async fn models(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> axum::Json<ModelList> {
-    let policy = caller.policy();
-    let data = state
-        .engine
-        .models()
-        .iter()
-        .filter(|(id, _)| policy.is_none_or(|p| p.allows_model(id)))
-        .map(|(id, provider)| Model {
-            id: id.clone(),
-            object: "model",
-            created: 0,
-            owned_by: provider.clone(),
-        })
-        .collect();
-    axum::Json(ModelList {
-        object: "list",
-        data,
-    })
-}
-
-/// `GET /healthz`: `{"status": "ok"}`.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct Health {
-    /// Always `ok`.
-    #[schema(example = "ok")]
-    status: &'static str,
-}
-
-/// `GET /readyz`: `{"database": "sqlite" | "postgres", "status": "ready"}` (keys in the order
-/// they always had).
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct Readiness {
-    /// The backend: `sqlite` or `postgres`.
-    #[schema(example = "sqlite")]
-    database: &'static str,
-    /// Always `ready`.
-    #[schema(example = "ready")]
-    status: &'static str,
-}
-
-/// Liveness: 200 while the process serves.
-#[utoipa::path(
-    get,
-    path = "/healthz",
-    tag = "operations",
-    operation_id = "health",
-    summary = "Liveness",
-    responses((status = 200, description = "The process serves.", body = Health)),
-)]
-async fn healthz() -> axum::Json<Health> {
-    axum::Json(Health { status: "ok" })
-}
-
-/// The metrics in Prometheus text format. Unauthenticated, as `/healthz` is: keep it off
-/// public ingress. The stored-run gauges are sampled now.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "operations",
-    operation_id = "metrics",
-    summary = "Metrics (Prometheus text format)",
-    description = "HTTP requests, runs, streams, the event writer, the upstream and tools, in \
-        the Prometheus text exposition format 0.0.4. No key: keep it off public ingress.",
-    responses(
-        (status = 200, description = "The metrics.", content_type = "text/plain", body = String),
-        (status = 503, response = openapi::ServiceUnavailable),
-    ),
-)]
-async fn metrics(State(state): State<AppState>) -> Response {
-    state.engine.sample_metrics().await;
-    match crate::metrics::render() {
-        Some(text) => (
-            [(
-                axum::http::header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        None => {
-            ApiError::Unavailable("metrics are not recorded by this process".into()).into_response()
-        }
-    }
-}
-
-/// Longest a readiness check waits for the database.
-const READY_WAIT: Duration = Duration::from_secs(1);
-
-/// Ready: not stopping, and the database answers (within a second) with the migrations
-/// applied. A load balancer stops routing here as soon as shutdown begins.
-#[utoipa::path(
-    get,
-    path = "/readyz",
-    tag = "operations",
-    operation_id = "ready",
-    summary = "Readiness",
-    description = "200 when the database answers within a second with the migrations applied; \
-        503 when it does not, and as soon as shutdown begins.",
-    responses(
-        (status = 200, description = "Ready.", body = Readiness),
-        (status = 503, response = openapi::ServiceUnavailable),
-    ),
-)]
-async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readiness>, ApiError> {
-    if state.stopping.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(ApiError::Unavailable("shutting down".into()));
-    }
-    let store = state.engine.store();
-    match tokio::time::timeout(READY_WAIT, store.ping()).await {
-        Ok(Ok(())) => Ok(axum::Json(Readiness {
-            database: store.backend().as_str(),
-            status: "ready",
-        })),
-        Ok(Err(e)) => Err(ApiError::Unavailable(format!("database not ready: {e}"))),
-        Err(_) => Err(ApiError::Unavailable(format!(
-            "database not ready: no answer within {} ms",
-            READY_WAIT.as_millis()
-        ))),
-    }
 }
 
 impl From<EngineError> for ApiError {

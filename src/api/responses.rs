@@ -6,9 +6,10 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
+use super::access;
 use super::extract::{ApiJson, ApiJsonBytes, ApiQuery};
 use super::sse;
-use super::{AppState, access};
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::engine::{IdempotencyKey, ItemPage, RunEnd, StartedRun, UpstreamFailure};
 use crate::error::ApiError;
@@ -67,12 +68,12 @@ use sha2::{Digest, Sha256};
                 (super::sse::ServerSentEvent = "text/event-stream"),
             ),
         ),
-        (status = 400, response = super::openapi::BadRequest),
-        (status = 408, response = super::openapi::RequestTimeout),
-        (status = 413, response = super::openapi::PayloadTooLarge),
-        (status = 415, response = super::openapi::UnsupportedMediaType),
-        (status = 502, response = super::openapi::UpstreamError),
-        (status = 504, response = super::openapi::UpstreamTimeout),
+        (status = 400, response = super::errors::BadRequest),
+        (status = 408, response = super::errors::RequestTimeout),
+        (status = 413, response = super::errors::PayloadTooLarge),
+        (status = 415, response = super::errors::UnsupportedMediaType),
+        (status = 502, response = super::errors::UpstreamError),
+        (status = 504, response = super::errors::UpstreamTimeout),
     ),
 )]
 pub async fn create(
@@ -105,12 +106,12 @@ pub async fn create(
     ),
     responses(
         (status = 200, description = "The compacted window.", body = Compacted),
-        (status = 400, response = super::openapi::BadRequest),
-        (status = 408, response = super::openapi::RequestTimeout),
-        (status = 413, response = super::openapi::PayloadTooLarge),
-        (status = 415, response = super::openapi::UnsupportedMediaType),
-        (status = 502, response = super::openapi::UpstreamError),
-        (status = 504, response = super::openapi::UpstreamTimeout),
+        (status = 400, response = super::errors::BadRequest),
+        (status = 408, response = super::errors::RequestTimeout),
+        (status = 413, response = super::errors::PayloadTooLarge),
+        (status = 415, response = super::errors::UnsupportedMediaType),
+        (status = 502, response = super::errors::UpstreamError),
+        (status = 504, response = super::errors::UpstreamTimeout),
     ),
 )]
 pub async fn compact(
@@ -169,13 +170,13 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
                 (super::sse::ServerSentEvent = "text/event-stream"),
             ),
         ),
-        (status = 400, response = super::openapi::BadRequest),
-        (status = 404, response = super::openapi::NotFound),
-        (status = 408, response = super::openapi::RequestTimeout),
-        (status = 413, response = super::openapi::PayloadTooLarge),
-        (status = 415, response = super::openapi::UnsupportedMediaType),
-        (status = 502, response = super::openapi::UpstreamError),
-        (status = 504, response = super::openapi::UpstreamTimeout),
+        (status = 400, response = super::errors::BadRequest),
+        (status = 404, response = super::errors::NotFound),
+        (status = 408, response = super::errors::RequestTimeout),
+        (status = 413, response = super::errors::PayloadTooLarge),
+        (status = 415, response = super::errors::UnsupportedMediaType),
+        (status = 502, response = super::errors::UpstreamError),
+        (status = 504, response = super::errors::UpstreamTimeout),
     ),
 )]
 pub async fn submit_tool_outputs(
@@ -205,7 +206,7 @@ pub async fn submit_tool_outputs(
     params(("id" = String, Path, description = "The response's id (`resp_…`).")),
     responses(
         (status = 200, description = "The Response object.", body = ResponseObject),
-        (status = 404, response = super::openapi::NotFound),
+        (status = 404, response = super::errors::NotFound),
     ),
 )]
 pub async fn cancel(
@@ -287,8 +288,8 @@ fn upstream_error(response_id: &str, failure: UpstreamFailure) -> ApiError {
                 (super::sse::ServerSentEvent = "text/event-stream"),
             ),
         ),
-        (status = 400, response = super::openapi::BadRequest),
-        (status = 404, response = super::openapi::NotFound),
+        (status = 400, response = super::errors::BadRequest),
+        (status = 404, response = super::errors::NotFound),
     ),
 )]
 pub async fn retrieve(
@@ -340,7 +341,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     params(("id" = String, Path, description = "The response's id (`resp_…`).")),
     responses(
         (status = 200, description = "Deleted.", body = Deleted),
-        (status = 404, response = super::openapi::NotFound),
+        (status = 404, response = super::errors::NotFound),
     ),
 )]
 pub async fn delete(
@@ -372,8 +373,8 @@ pub async fn delete(
     ),
     responses(
         (status = 200, description = "A page of items.", body = List<Item>),
-        (status = 400, response = super::openapi::BadRequest),
-        (status = 404, response = super::openapi::NotFound),
+        (status = 400, response = super::errors::BadRequest),
+        (status = 404, response = super::errors::NotFound),
     ),
 )]
 pub async fn input_items(

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
 
-use super::AppState;
 use super::extract::parse_json;
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::engine::SocketMemory;
 use crate::error::ApiError;
@@ -43,7 +43,7 @@ const CONNECTION_LIMIT: Duration = Duration::from_secs(60 * 60);
         405.",
     responses(
         (status = 101, description = "Switching to the WebSocket protocol."),
-        (status = 405, response = super::openapi::MethodNotAllowed),
+        (status = 405, response = super::errors::MethodNotAllowed),
     ),
 )]
 pub async fn upgrade(
