@@ -1,12 +1,17 @@
 //! `ApiError`: every error a client can see, rendered as the OpenAI error envelope
-//! `{"error": {"message", "type", "param", "code"}}` (SPEC §10).
+//! `{"error": {"message", "type", "param", "code"}}` (SPEC §10), and the one conversion into it
+//! from each layer below (the engine's errors, upstream failures, authentication). A fault of
+//! the service is logged with its cause chain; the client sees a generic message.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::auth::AuthError;
+use crate::engine::{EngineError, UpstreamFailure, UpstreamFailureKind};
 use crate::protocol::field::FieldError;
+use crate::store::StoreError;
 
 /// The body of every HTTP error (SPEC §10): all four keys always present.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -135,9 +140,7 @@ impl ApiError {
     /// the HTTP status it would have had, and a code that is always set (the type when the
     /// error has no code of its own).
     pub fn websocket_event(&self) -> serde_json::Value {
-        if let ApiError::Internal(cause) = self {
-            tracing::error!(error = format!("{cause:#}"), "internal error");
-        }
+        self.log_fault();
         let (kind, message, param, code) = self.envelope();
         json!({
             "type": "error",
@@ -145,6 +148,14 @@ impl ApiError {
             "error": {"type": kind, "code": code.unwrap_or_else(|| kind.to_string()),
                       "message": message, "param": param},
         })
+    }
+
+    /// A fault of ours goes to the log with its whole cause chain (the client sees a generic
+    /// message).
+    fn log_fault(&self) {
+        if let ApiError::Internal(cause) = self {
+            tracing::error!(error = %cause_chain(cause.as_ref()), "internal error");
+        }
     }
 
     /// `(type, message, param, code)` as the client sees them.
@@ -230,9 +241,7 @@ impl From<FieldError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal(cause) = &self {
-            tracing::error!(error = format!("{cause:#}"), "internal error");
-        }
+        self.log_fault();
         let status = self.status_code();
         let retry_after = self.retry_after();
         let (kind, message, param, code) = self.envelope();
@@ -251,5 +260,134 @@ impl IntoResponse for ApiError {
                 .insert(axum::http::header::RETRY_AFTER, seconds.into());
         }
         response
+    }
+}
+
+/// A 503 for a database that cannot be reached, naming why.
+fn database_unavailable(cause: &StoreError) -> ApiError {
+    let why = match cause {
+        StoreError::Unavailable(message) => message.clone(),
+        other => other.to_string(),
+    };
+    ApiError::Unavailable(format!("The database is unavailable: {why}"))
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::Invalid(field, code) => ApiError::InvalidRequest {
+                message: field.message,
+                param: (!field.param.is_empty()).then_some(field.param),
+                code: code.map(str::to_string),
+            },
+            EngineError::NotFound(id) => ApiError::response_not_found(&id),
+            EngineError::ShuttingDown => ApiError::Unavailable(
+                "The service is shutting down; retry on another instance.".into(),
+            ),
+            EngineError::RateLimited {
+                message,
+                retry_after_secs,
+            } => ApiError::RateLimited {
+                message,
+                retry_after: retry_after_secs,
+            },
+            EngineError::Unavailable(cause) => database_unavailable(&cause),
+            EngineError::Upstream(failure) => failure.into(),
+            EngineError::Internal(cause) => ApiError::Internal(anyhow::Error::new(cause)),
+        }
+    }
+}
+
+/// An upstream failure before any stream (SPEC §10): 504 for a timeout, 429 while it is rate
+/// limited, 502 otherwise.
+impl From<UpstreamFailure> for ApiError {
+    fn from(failure: UpstreamFailure) -> ApiError {
+        let message = failure.message;
+        match failure.kind {
+            UpstreamFailureKind::Timeout => ApiError::UpstreamTimeout { message },
+            UpstreamFailureKind::RateLimited { retry_after_secs } => ApiError::RateLimited {
+                message,
+                retry_after: retry_after_secs.unwrap_or(1),
+            },
+            UpstreamFailureKind::Failed { code } => ApiError::Upstream {
+                message,
+                code: code.into(),
+            },
+        }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> ApiError {
+        match e {
+            AuthError::Missing | AuthError::Invalid(_) => ApiError::Unauthorized(e.to_string()),
+            AuthError::RateLimited(wait) => ApiError::RateLimited {
+                message: e.to_string(),
+                retry_after: wait.as_secs().max(1),
+            },
+            AuthError::Store(cause) if cause.is_transient() => database_unavailable(&cause),
+            AuthError::Store(cause) => ApiError::Internal(anyhow::Error::new(cause)),
+        }
+    }
+}
+
+/// An error and its sources as one line, `error: cause: its cause`; a source whose text is
+/// already part of the line (an error that prints its cause) is not repeated.
+pub fn cause_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Layer {
+        #[error("cannot store the run")]
+        Outer(#[source] std::io::Error),
+        #[error("database error: {0}")]
+        Repeating(#[source] std::io::Error),
+    }
+
+    #[test]
+    fn a_cause_chain_names_every_cause_once() {
+        let disk = || std::io::Error::other("disk full");
+        assert_eq!(
+            cause_chain(&Layer::Outer(disk())),
+            "cannot store the run: disk full"
+        );
+        assert_eq!(
+            cause_chain(&Layer::Repeating(disk())),
+            "database error: disk full"
+        );
+    }
+
+    #[test]
+    fn an_internal_engine_error_is_a_generic_500_that_keeps_its_cause() {
+        let store = StoreError::Rejected("no such table: responses".into());
+        let error = ApiError::from(EngineError::from(store));
+        assert_eq!(error.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
+        let ApiError::Internal(cause) = &error else {
+            panic!("{error:?}")
+        };
+        assert!(
+            cause_chain(cause.as_ref()).contains("no such table: responses"),
+            "{cause:?}"
+        );
+        let (_, message, _, _) = error.envelope();
+        assert_eq!(
+            message,
+            "The server had an error while processing your request."
+        );
     }
 }

@@ -25,10 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 
-use crate::auth::AuthError;
-use crate::engine::EngineError;
 use crate::error::ApiError;
-use crate::store::StoreError;
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.body_limit;
@@ -109,17 +106,7 @@ async fn authenticate(
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
-    let caller = state.auth.authenticate(header).await.map_err(|e| match e {
-        AuthError::Missing | AuthError::Invalid(_) => ApiError::Unauthorized(e.to_string()),
-        AuthError::RateLimited(wait) => ApiError::RateLimited {
-            message: e.to_string(),
-            retry_after: wait.as_secs().max(1),
-        },
-        AuthError::Store(StoreError::Unavailable(message)) => {
-            ApiError::Unavailable(format!("The database is unavailable: {message}"))
-        }
-        AuthError::Store(other) => ApiError::Internal(anyhow::anyhow!(other)),
-    })?;
+    let caller = state.auth.authenticate(header).await?;
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
 }
@@ -134,46 +121,4 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
-}
-
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> ApiError {
-        match e {
-            EngineError::Invalid(field, code) => ApiError::InvalidRequest {
-                message: field.message,
-                param: (!field.param.is_empty()).then_some(field.param),
-                code: code.map(str::to_string),
-            },
-            EngineError::NotFound(id) => ApiError::response_not_found(&id),
-            EngineError::ShuttingDown => ApiError::Unavailable(
-                "The service is shutting down; retry on another instance.".into(),
-            ),
-            EngineError::RateLimited {
-                message,
-                retry_after_secs,
-            } => ApiError::RateLimited {
-                message,
-                retry_after: retry_after_secs,
-            },
-            EngineError::Unavailable(message) => {
-                ApiError::Unavailable(format!("The database is unavailable: {message}"))
-            }
-            EngineError::Upstream(failure) if failure.rate_limited.is_some() => {
-                ApiError::RateLimited {
-                    message: failure.message,
-                    retry_after: failure.rate_limited.flatten().unwrap_or(1),
-                }
-            }
-            EngineError::Upstream(failure) => match failure.timeout {
-                true => ApiError::UpstreamTimeout {
-                    message: failure.message,
-                },
-                false => ApiError::Upstream {
-                    message: failure.message,
-                    code: failure.code.into(),
-                },
-            },
-            EngineError::Internal(message) => ApiError::Internal(anyhow::anyhow!(message)),
-        }
-    }
 }

@@ -11,7 +11,7 @@ use super::extract::{ApiJson, ApiJsonBytes, ApiQuery};
 use super::sse;
 use super::state::AppState;
 use crate::auth::Caller;
-use crate::engine::{IdempotencyKey, ItemPage, RunEnd, StartedRun, UpstreamFailure};
+use crate::engine::{IdempotencyKey, ItemPage, RunEnd, StartedRun};
 use crate::error::ApiError;
 use crate::protocol::items::Item;
 use crate::protocol::request::{
@@ -236,33 +236,18 @@ async fn reply(state: &AppState, started: StartedRun) -> Result<Response, ApiErr
     })?;
     match outcome.end {
         RunEnd::Stopped => Ok(Json(outcome.response).into_response()),
-        RunEnd::UpstreamFailed(failure) => Err(upstream_error(&started.id, failure)),
+        RunEnd::UpstreamFailed(mut failure) => {
+            failure.message = format!(
+                "{} (response {} is stored as failed)",
+                failure.message, started.id
+            );
+            Err(failure.into())
+        }
         RunEnd::ContinuesElsewhere => Err(ApiError::Unavailable(format!(
             "This instance is stopping; response {} goes on on another instance: \
              GET /v1/responses/{} follows it.",
             started.id, started.id
         ))),
-    }
-}
-
-/// An upstream failure before any stream: 504 for timeouts, 502 otherwise (SPEC §10).
-fn upstream_error(response_id: &str, failure: UpstreamFailure) -> ApiError {
-    let message = format!(
-        "{} (response {response_id} is stored as failed)",
-        failure.message
-    );
-    if let Some(retry_after) = failure.rate_limited {
-        return ApiError::RateLimited {
-            message,
-            retry_after: retry_after.unwrap_or(1),
-        };
-    }
-    match failure.timeout {
-        true => ApiError::UpstreamTimeout { message },
-        false => ApiError::Upstream {
-            message,
-            code: failure.code.into(),
-        },
     }
 }
 

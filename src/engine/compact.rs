@@ -5,7 +5,7 @@
 
 use futures_util::StreamExt;
 
-use super::{Engine, EngineError, RunEnd};
+use super::{Engine, EngineError};
 use crate::auth::Caller;
 use crate::llm::{ModelEvent, ModelRequest};
 use crate::protocol::field::FieldError;
@@ -116,10 +116,7 @@ async fn summarise(
     client: &dyn crate::llm::LlmClient,
     request: &ModelRequest,
 ) -> Result<(String, Usage), EngineError> {
-    let upstream = |e: crate::llm::LlmError| match RunEnd::from(e) {
-        RunEnd::UpstreamFailed(failure) => EngineError::Upstream(failure),
-        _ => EngineError::Internal("unexpected upstream outcome".into()),
-    };
+    let upstream = |e: crate::llm::LlmError| EngineError::Upstream(e.into());
     let mut stream = client.stream(request).await.map_err(upstream)?;
     let mut text = String::new();
     let mut usage = Usage::default();

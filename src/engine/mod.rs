@@ -16,6 +16,7 @@ mod compact;
 pub mod control;
 mod create;
 pub mod emitter;
+mod error;
 mod executor;
 mod follow;
 pub mod hub;
@@ -50,50 +51,11 @@ use crate::store::{Order, RunState, RunStore, StoreError, StoredRun};
 use crate::tools::registry::ToolRegistry;
 pub use chain::SocketMemory;
 use control::LiveRuns;
+pub use error::{Cause, EngineError, UpstreamFailure, UpstreamFailureKind};
 use hub::EventHub;
 
 /// How far chains of `previous_response_id` are followed.
 const MAX_CHAIN_DEPTH: usize = 1000;
-
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error("{}", .0.message)]
-    Invalid(FieldError, Option<&'static str>),
-    #[error("response {0} not found")]
-    NotFound(String),
-    #[error("the service is shutting down")]
-    ShuttingDown,
-    /// The database cannot be reached: the client may try again.
-    #[error("{0}")]
-    Unavailable(String),
-    /// A limit of the caller's API key: it may try again after a while.
-    #[error("{message}")]
-    RateLimited {
-        message: String,
-        retry_after_secs: u64,
-    },
-    /// The upstream model failed a request that has no run (a compaction).
-    #[error("{}", .0.message)]
-    Upstream(UpstreamFailure),
-    /// A fault of ours; the cause is for the log.
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl From<FieldError> for EngineError {
-    fn from(e: FieldError) -> EngineError {
-        EngineError::Invalid(e, None)
-    }
-}
-
-impl From<StoreError> for EngineError {
-    fn from(e: StoreError) -> EngineError {
-        match e {
-            StoreError::Unavailable(message) => EngineError::Unavailable(message),
-            other => EngineError::Internal(other.to_string()),
-        }
-    }
-}
 
 /// How a run ended, for a client waiting without a stream.
 #[derive(Clone, Debug)]
@@ -113,34 +75,9 @@ pub enum RunEnd {
     ContinuesElsewhere,
 }
 
-/// An upstream failure, as a client sees it.
-#[derive(Clone, Debug)]
-pub struct UpstreamFailure {
-    /// The upstream did not answer in time.
-    pub timeout: bool,
-    /// The upstream was rate limited (after the retries): seconds to wait, when it said.
-    pub rate_limited: Option<Option<u64>>,
-    /// The detailed code (`upstream_error`, `upstream_timeout`, …).
-    pub code: &'static str,
-    pub message: String,
-}
-
 impl From<LlmError> for RunEnd {
     fn from(error: LlmError) -> RunEnd {
-        let rate_limited = match &error {
-            LlmError::Status {
-                status: 429,
-                retry_after,
-                ..
-            } => Some(retry_after.map(|wait| wait.as_secs().max(1))),
-            _ => None,
-        };
-        RunEnd::UpstreamFailed(UpstreamFailure {
-            timeout: matches!(error, LlmError::Timeout { .. }),
-            rate_limited,
-            code: error.code(),
-            message: error.client_message(),
-        })
+        RunEnd::UpstreamFailed(error.into())
     }
 }
 
@@ -289,9 +226,9 @@ impl Engine {
             self.inner.hub.database_reachable();
             return Ok(());
         }
-        Err(EngineError::Unavailable(
+        Err(EngineError::Unavailable(StoreError::Unavailable(
             "the database cannot be reached".into(),
-        ))
+        )))
     }
 
     /// Samples the gauges that are read rather than kept: runs executing here, and stored
