@@ -143,18 +143,6 @@ impl ToolSet {
         choice: Option<&ToolChoice>,
         servers: &HashMap<String, usize>,
     ) -> Result<(), FieldError> {
-        let unknown_tool = |name: &str, param: &str| {
-            FieldError::new(
-                param,
-                format!("Tool '{name}' is not among the request's tools."),
-            )
-        };
-        let unknown_server = |label: &str, param: &str| {
-            FieldError::new(
-                param,
-                format!("Tool server '{label}' is not enabled by the request's tools."),
-            )
-        };
         match choice {
             None | Some(ToolChoice::Auto) => {}
             // Resolved to its tool server before (`hosted_choice`).
@@ -193,23 +181,7 @@ impl ToolSet {
                 self.choice = Some(json!("required"));
             }
             Some(ToolChoice::Allowed { required, tools }) => {
-                for (index, reference) in tools.iter().enumerate() {
-                    match reference {
-                        AllowedRef::Named(name) if !self.entries.contains_key(name) => {
-                            return Err(unknown_tool(
-                                name,
-                                &format!("tool_choice.tools[{index}].name"),
-                            ));
-                        }
-                        AllowedRef::Server(label) if !servers.contains_key(label) => {
-                            return Err(unknown_server(
-                                label,
-                                &format!("tool_choice.tools[{index}].server_label"),
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
+                self.check_allowed_refs(tools, servers)?;
                 let tools = tools.clone();
                 self.restrict(move |name, entry| {
                     tools.iter().any(|reference| match reference {
@@ -226,11 +198,54 @@ impl ToolSet {
         Ok(())
     }
 
+    /// Every entry of an `allowed_tools` choice names a tool or a tool server of the request:
+    /// naming anything else is the client's mistake, not a narrowing to nothing.
+    fn check_allowed_refs(
+        &self,
+        tools: &[AllowedRef],
+        servers: &HashMap<String, usize>,
+    ) -> Result<(), FieldError> {
+        for (index, reference) in tools.iter().enumerate() {
+            match reference {
+                AllowedRef::Named(name) if !self.entries.contains_key(name) => {
+                    return Err(unknown_tool(
+                        name,
+                        &format!("tool_choice.tools[{index}].name"),
+                    ));
+                }
+                AllowedRef::Server(label) if !servers.contains_key(label) => {
+                    return Err(unknown_server(
+                        label,
+                        &format!("tool_choice.tools[{index}].server_label"),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     fn restrict(&mut self, keep: impl Fn(&str, &ToolEntry) -> bool) {
         for (name, entry) in self.entries.iter_mut() {
             entry.callable = entry.callable && keep(name, entry);
         }
     }
+}
+
+/// `tool_choice` (at `param`) names a tool the request does not declare.
+fn unknown_tool(name: &str, param: &str) -> FieldError {
+    FieldError::new(
+        param,
+        format!("Tool '{name}' is not among the request's tools."),
+    )
+}
+
+/// `tool_choice` (at `param`) names a tool server the request's `tools` do not enable.
+fn unknown_server(label: &str, param: &str) -> FieldError {
+    FieldError::new(
+        param,
+        format!("Tool server '{label}' is not enabled by the request's tools."),
+    )
 }
 
 /// A `tool_choice` naming hosted tool types, as the tool servers they are mapped to: forcing a
@@ -470,6 +485,71 @@ impl Resolving {
         mcp: &McpTool,
     ) -> Result<(), FieldError> {
         let label = &mcp.server_label;
+        let (server, named) = self.find_server(registry, path, mcp)?;
+        // A `server_url` or `connector_id` beside the label of a configured server is taken as
+        // naming it (the Vercel AI SDK always sends one): the operator's configuration says
+        // where the server is, and the request cannot send its calls anywhere else.
+        // (A server named by URL was checked against the key's policy as it was connected.)
+        if named.is_none() && !self.policy.allows_server(label) {
+            return Err(FieldError::new(
+                format!("{path}.server_label"),
+                format!("This API key may not use the tool server '{label}'."),
+            ));
+        }
+        if let Some(first) = self.servers.insert(label.clone(), index) {
+            return Err(FieldError::new(
+                format!("{path}.server_label"),
+                format!("Tool server '{label}' is enabled twice: by tools[{first}] and by {path}."),
+            ));
+        }
+        let policy = match mcp.require_approval.as_ref() {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(ApprovalPolicy::parse(
+                value,
+                &format!("{path}.require_approval"),
+            )?),
+        };
+        let allowed = mcp.allowed_tools.as_ref().and_then(|a| a.names());
+        self.check_allowed_tools(&server, label, path, allowed.unwrap_or_default())?;
+        let mut listed = Vec::new();
+        for tool in &server.tools {
+            if allowed.is_some_and(|names| !names.iter().any(|n| n == tool.name())) {
+                continue;
+            }
+            // A tool the key may not use is not shown (so it cannot be called).
+            if !self.policy.allows_tool(tool.name()) {
+                continue;
+            }
+            let (info, entry) = server_tool(tool, label, server.requires_approval, policy.as_ref());
+            listed.push(info);
+            let source = format!("{path} (tool server '{label}')");
+            self.add(tool.name(), source, path, entry)?;
+        }
+        let error = match named {
+            Some(named) => {
+                self.set.connections.push(named.connection);
+                named.error
+            }
+            None => (!server.available).then(|| crate::tools::mcp::not_connected(label)),
+        };
+        self.set.listings.push(Listing {
+            server_label: label.clone(),
+            tools: listed,
+            error,
+        });
+        Ok(())
+    }
+
+    /// The tool server `mcp` (at `path`) enables: a configured one, else one the request
+    /// names by URL (returned too, for its connection). Any other label is a 400 that lists
+    /// the configured servers.
+    fn find_server(
+        &self,
+        registry: &ToolRegistry,
+        path: &str,
+        mcp: &McpTool,
+    ) -> Result<(Arc<ToolServer>, Option<RequestNamed>), FieldError> {
+        let label = &mcp.server_label;
         let named = match registry.server(label) {
             Some(_) => None,
             None => self.named.get(label).cloned(),
@@ -502,31 +582,19 @@ impl Resolving {
                 ),
             ));
         };
-        // A `server_url` or `connector_id` beside the label of a configured server is taken as
-        // naming it (the Vercel AI SDK always sends one): the operator's configuration says
-        // where the server is, and the request cannot send its calls anywhere else.
-        // (A server named by URL was checked against the key's policy as it was connected.)
-        if named.is_none() && !self.policy.allows_server(label) {
-            return Err(FieldError::new(
-                format!("{path}.server_label"),
-                format!("This API key may not use the tool server '{label}'."),
-            ));
-        }
-        if let Some(first) = self.servers.insert(label.clone(), index) {
-            return Err(FieldError::new(
-                format!("{path}.server_label"),
-                format!("Tool server '{label}' is enabled twice: by tools[{first}] and by {path}."),
-            ));
-        }
-        let policy = match mcp.require_approval.as_ref() {
-            None | Some(Value::Null) => None,
-            Some(value) => Some(ApprovalPolicy::parse(
-                value,
-                &format!("{path}.require_approval"),
-            )?),
-        };
-        let allowed = mcp.allowed_tools.as_ref().and_then(|a| a.names());
-        for name in allowed.into_iter().flatten() {
+        Ok((server, named))
+    }
+
+    /// Each name in the entry's `allowed_tools` is a tool of the server `label` that the key
+    /// may use.
+    fn check_allowed_tools(
+        &self,
+        server: &ToolServer,
+        label: &str,
+        path: &str,
+        allowed: &[String],
+    ) -> Result<(), FieldError> {
+        for name in allowed {
             // An MCP server that is not connected has no tools to check against now: its
             // listing says so, and the request is not the client's mistake.
             if server.available && !server.tools.iter().any(|t| t.name() == name) {
@@ -542,61 +610,47 @@ impl Resolving {
                 ));
             }
         }
-        let mut listed = Vec::new();
-        for tool in &server.tools {
-            if allowed.is_some_and(|names| !names.iter().any(|n| n == tool.name())) {
-                continue;
-            }
-            // A tool the key may not use is not shown (so it cannot be called).
-            if !self.policy.allows_tool(tool.name()) {
-                continue;
-            }
-            let spec = ToolSpec {
-                name: tool.name().to_string(),
-                description: Some(tool.handler.description().to_string()),
-                parameters: tool.schema.clone(),
-                strict: None,
-            };
-            listed.push(McpToolInfo {
-                name: spec.name.clone(),
-                description: spec.description.clone(),
-                input_schema: spec.parameters.clone(),
-                annotations: tool.handler.annotations(),
-            });
-            let executor = match tool.kind {
-                ToolKind::Executed => Executor::Server(tool.clone()),
-                ToolKind::DefinitionOnly => Executor::Client(CallKind::Function),
-            };
-            let default = server.requires_approval;
-            let needs_approval = matches!(executor, Executor::Server(_))
-                && policy
-                    .as_ref()
-                    .map_or(default, |p| p.requires(tool.name(), default));
-            let entry = ToolEntry {
-                executor,
-                server_label: Some(label.clone()),
-                spec,
-                callable: true,
-                needs_approval,
-                namespace: None,
-            };
-            let source = format!("{path} (tool server '{label}')");
-            self.add(tool.name(), source, path, entry)?;
-        }
-        let error = match named {
-            Some(named) => {
-                self.set.connections.push(named.connection);
-                named.error
-            }
-            None => (!server.available).then(|| crate::tools::mcp::not_connected(label)),
-        };
-        self.set.listings.push(Listing {
-            server_label: label.clone(),
-            tools: listed,
-            error,
-        });
         Ok(())
     }
+}
+
+/// One tool of the enabled server `label`, as its `mcp_list_tools` item lists it and as the
+/// run holds it: executed by the service unless it is definition-only, and then waiting for
+/// approval as the request's `require_approval` says (`default`, the server's setting, where
+/// it says nothing).
+fn server_tool(
+    tool: &Arc<RegisteredTool>,
+    label: &str,
+    default: bool,
+    policy: Option<&ApprovalPolicy>,
+) -> (McpToolInfo, ToolEntry) {
+    let spec = ToolSpec {
+        name: tool.name().to_string(),
+        description: Some(tool.handler.description().to_string()),
+        parameters: tool.schema.clone(),
+        strict: None,
+    };
+    let info = McpToolInfo {
+        name: spec.name.clone(),
+        description: spec.description.clone(),
+        input_schema: spec.parameters.clone(),
+        annotations: tool.handler.annotations(),
+    };
+    let executor = match tool.kind {
+        ToolKind::Executed => Executor::Server(tool.clone()),
+        ToolKind::DefinitionOnly => Executor::Client(CallKind::Function),
+    };
+    let needs_approval = matches!(executor, Executor::Server(_))
+        && policy.map_or(default, |p| p.requires(tool.name(), default));
+    let entry = ToolEntry {
+        executor,
+        server_label: Some(label.to_string()),
+        spec,
+        callable: true,
+        needs_approval,
+        namespace: None,
+    };
+    (info, entry)
 }
 
 /// The configured tool servers, for error messages.
