@@ -40,6 +40,51 @@ impl FetchUrl {
             .copied()
             .ok_or_else(|| "The host has no address.".to_string())
     }
+
+    /// One GET of `url`, redirects not followed, over a connection to the address
+    /// [`FetchUrl::check`] allowed. `Err` is the call's result: the URL refused, the fetch
+    /// cancelled or failed.
+    async fn get_pinned(
+        &self,
+        context: &ToolContext,
+        url: &Url,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, ToolResult> {
+        let address = match self.check(url).await {
+            Ok(address) => address,
+            Err(reason) => return Err(ToolResult::failure(ToolErrorKind::Refused, reason)),
+        };
+        let host = url.host_str().unwrap_or_default().to_string();
+        // Pin the connection to the checked address.
+        // No proxy from the environment: the connection must go to the address checked.
+        let client = match reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .resolve(&host, address)
+            .timeout(timeout)
+            .build()
+        {
+            Ok(client) => client,
+            Err(e) => {
+                return Err(ToolResult::error(format!(
+                    "Cannot build the HTTP client: {e}"
+                )));
+            }
+        };
+        let request = client.get(url.clone()).send();
+        let response = tokio::select! {
+            _ = context.cancel.cancelled() => {
+                return Err(ToolResult::failure(ToolErrorKind::Cancelled, "The fetch was cancelled."));
+            }
+            response = request => response,
+        };
+        response.map_err(|e| {
+            ToolResult::failure(
+                ToolErrorKind::Transport { status: None },
+                format!("Fetching {url} failed: {e}"),
+            )
+        })
+    }
 }
 
 #[async_trait]
@@ -81,38 +126,9 @@ impl ToolHandler for FetchUrl {
             });
         let timeout = Duration::from_millis(self.config.timeout_ms);
         for _ in 0..=MAX_REDIRECTS {
-            let address = match self.check(&url).await {
-                Ok(address) => address,
-                Err(reason) => return ToolResult::failure(ToolErrorKind::Refused, reason),
-            };
-            let host = url.host_str().unwrap_or_default().to_string();
-            // Pin the connection to the checked address.
-            // No proxy from the environment: the connection must go to the address checked.
-            let client = match reqwest::Client::builder()
-                .no_proxy()
-                .redirect(reqwest::redirect::Policy::none())
-                .resolve(&host, address)
-                .timeout(timeout)
-                .build()
-            {
-                Ok(client) => client,
-                Err(e) => return ToolResult::error(format!("Cannot build the HTTP client: {e}")),
-            };
-            let request = client.get(url.clone()).send();
-            let response = tokio::select! {
-                _ = context.cancel.cancelled() => {
-                    return ToolResult::failure(ToolErrorKind::Cancelled, "The fetch was cancelled.");
-                }
-                response = request => response,
-            };
-            let mut response = match response {
+            let response = match self.get_pinned(&context, &url, timeout).await {
                 Ok(response) => response,
-                Err(e) => {
-                    return ToolResult::failure(
-                        ToolErrorKind::Transport { status: None },
-                        format!("Fetching {url} failed: {e}"),
-                    );
-                }
+                Err(failed) => return failed,
             };
             let status = response.status();
             if status.is_redirection()
@@ -137,29 +153,17 @@ impl ToolHandler for FetchUrl {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_string();
-            let mut body = Vec::new();
-            let mut truncated = false;
-            loop {
-                match response.chunk().await {
-                    Ok(Some(chunk)) => {
-                        body.extend_from_slice(&chunk);
-                        if body.len() >= limit {
-                            truncated = body.len() > limit;
-                            body.truncate(limit);
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        return ToolResult::failure(
-                            ToolErrorKind::Transport {
-                                status: Some(status.as_u16()),
-                            },
-                            format!("Reading {url} failed: {e}"),
-                        );
-                    }
+            let (body, truncated) = match read_body(response, limit).await {
+                Ok(read) => read,
+                Err(e) => {
+                    return ToolResult::failure(
+                        ToolErrorKind::Transport {
+                            status: Some(status.as_u16()),
+                        },
+                        format!("Reading {url} failed: {e}"),
+                    );
                 }
-            }
+            };
             let body = String::from_utf8_lossy(&body).into_owned();
             let note = if truncated {
                 format!("\n[truncated to {limit} bytes]")
@@ -178,6 +182,25 @@ impl ToolHandler for FetchUrl {
         }
         ToolResult::error(format!("More than {MAX_REDIRECTS} redirects."))
     }
+}
+
+/// The body of `response`, at most `limit` bytes of it (reading stops there), and whether
+/// bytes past the limit arrived and were dropped.
+async fn read_body(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    let mut truncated = false;
+    while let Some(chunk) = response.chunk().await? {
+        body.extend_from_slice(&chunk);
+        if body.len() >= limit {
+            truncated = body.len() > limit;
+            body.truncate(limit);
+            break;
+        }
+    }
+    Ok((body, truncated))
 }
 
 #[cfg(test)]
