@@ -243,26 +243,7 @@ impl CreateResponse {
             ));
         }
         check_input_size(self.input.as_ref(), limits)?;
-        range("temperature", self.temperature, 0.0, 2.0)?;
-        range("top_p", self.top_p, 0.0, 1.0)?;
-        range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
-        range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
-        if let Some(n) = self.top_logprobs
-            && n > 20
-        {
-            return Err(FieldError::new(
-                "top_logprobs",
-                format!(
-                    "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got {n} instead."
-                ),
-            ));
-        }
-        if self.max_output_tokens == Some(0) {
-            return Err(FieldError::new(
-                "max_output_tokens",
-                "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 1, but got 0 instead.",
-            ));
-        }
+        self.check_model_parameters()?;
         if let Some(truncation) = &self.truncation
             && truncation != "auto"
             && truncation != "disabled"
@@ -304,6 +285,39 @@ impl CreateResponse {
             ));
         }
         self.text_format()?;
+        self.check_reasoning()?;
+        Ok(())
+    }
+
+    /// The model's parameters within the ranges the OpenAI API accepts, refused with its
+    /// messages.
+    fn check_model_parameters(&self) -> Result<(), FieldError> {
+        range("temperature", self.temperature, 0.0, 2.0)?;
+        range("top_p", self.top_p, 0.0, 1.0)?;
+        range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
+        range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
+        if let Some(n) = self.top_logprobs
+            && n > 20
+        {
+            return Err(FieldError::new(
+                "top_logprobs",
+                format!(
+                    "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got {n} instead."
+                ),
+            ));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Err(FieldError::new(
+                "max_output_tokens",
+                "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 1, but got 0 instead.",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `reasoning.effort` (sent upstream) and `reasoning.summary` (echoed), when given, are
+    /// strings.
+    fn check_reasoning(&self) -> Result<(), FieldError> {
         if let Some(reasoning) = &self.reasoning {
             optional(
                 reasoning,

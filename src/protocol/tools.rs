@@ -609,6 +609,8 @@ pub enum AllowedRef {
     Hosted(String),
 }
 
+/// `tool_choice` as sent: a mode (`"none"`, `"auto"`, `"required"`) or an object naming a
+/// tool, a tool server, a hosted tool type or the tools allowed; a problem names its path.
 pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
     let param = "tool_choice";
     match value {
@@ -650,49 +652,7 @@ pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
                         })?;
                     Ok(name().map_or_else(|| ToolChoice::Server(label.into()), ToolChoice::Named))
                 }
-                Some("allowed_tools") => {
-                    optional(value, "mode", param, Value::is_string, "a string")?;
-                    let required = match object.get("mode").and_then(Value::as_str) {
-                        None | Some("auto") => false,
-                        Some("required") => true,
-                        Some(other) => {
-                            return Err(FieldError::new(
-                                "tool_choice.mode",
-                                format!(
-                                    "Invalid value: '{other}'. Supported values are: 'auto' and 'required'."
-                                ),
-                            ));
-                        }
-                    };
-                    let Some(entries) = object.get("tools").and_then(Value::as_array) else {
-                        return Err(FieldError::new(
-                            "tool_choice.tools",
-                            "Missing required parameter: 'tool_choice.tools'.",
-                        ));
-                    };
-                    let mut tools = Vec::with_capacity(entries.len());
-                    for (index, entry) in entries.iter().enumerate() {
-                        let path = format!("tool_choice.tools[{index}]");
-                        match parse_tool_choice(entry) {
-                            Ok(ToolChoice::Named(name)) => tools.push(AllowedRef::Named(name)),
-                            Ok(ToolChoice::Server(label)) => tools.push(AllowedRef::Server(label)),
-                            Ok(ToolChoice::Hosted(kind)) => tools.push(AllowedRef::Hosted(kind)),
-                            Ok(_) => {
-                                return Err(FieldError::new(
-                                    path,
-                                    "Expected a tool reference such as {\"type\": \"function\", \"name\": …}.",
-                                ));
-                            }
-                            Err(e) => {
-                                return Err(FieldError::new(
-                                    e.param.replacen("tool_choice", &path, 1),
-                                    e.message.replacen("'tool_choice", &format!("'{path}"), 1),
-                                ));
-                            }
-                        }
-                    }
-                    Ok(ToolChoice::Allowed { required, tools })
-                }
+                Some("allowed_tools") => parse_allowed_tools(value),
                 Some(hosted) if is_hosted_type(hosted) => Ok(ToolChoice::Hosted(hosted.into())),
                 Some(other) => Err(FieldError::new(
                     "tool_choice.type",
@@ -712,6 +672,54 @@ pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
                 "Invalid type for 'tool_choice': expected a string or an object, but got {} instead.",
                 json_kind(other)
             ),
+        )),
+    }
+}
+
+/// An `allowed_tools` choice (`{"type": "allowed_tools", "mode": …, "tools": […]}`): the tools
+/// the model may call, and whether it must call one.
+fn parse_allowed_tools(choice: &Value) -> Result<ToolChoice, FieldError> {
+    optional(choice, "mode", "tool_choice", Value::is_string, "a string")?;
+    let required = match choice.get("mode").and_then(Value::as_str) {
+        None | Some("auto") => false,
+        Some("required") => true,
+        Some(other) => {
+            return Err(FieldError::new(
+                "tool_choice.mode",
+                format!("Invalid value: '{other}'. Supported values are: 'auto' and 'required'."),
+            ));
+        }
+    };
+    let Some(entries) = choice.get("tools").and_then(Value::as_array) else {
+        return Err(FieldError::new(
+            "tool_choice.tools",
+            "Missing required parameter: 'tool_choice.tools'.",
+        ));
+    };
+    let mut tools = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        tools.push(parse_allowed_ref(
+            entry,
+            &format!("tool_choice.tools[{index}]"),
+        )?);
+    }
+    Ok(ToolChoice::Allowed { required, tools })
+}
+
+/// One entry of an `allowed_tools` choice, at `path`: written as a `tool_choice` that names a
+/// tool, a tool server or a hosted tool type, and its problems reported at its own path.
+fn parse_allowed_ref(entry: &Value, path: &str) -> Result<AllowedRef, FieldError> {
+    match parse_tool_choice(entry) {
+        Ok(ToolChoice::Named(name)) => Ok(AllowedRef::Named(name)),
+        Ok(ToolChoice::Server(label)) => Ok(AllowedRef::Server(label)),
+        Ok(ToolChoice::Hosted(kind)) => Ok(AllowedRef::Hosted(kind)),
+        Ok(_) => Err(FieldError::new(
+            path,
+            "Expected a tool reference such as {\"type\": \"function\", \"name\": …}.",
+        )),
+        Err(e) => Err(FieldError::new(
+            e.param.replacen("tool_choice", path, 1),
+            e.message.replacen("'tool_choice", &format!("'{path}"), 1),
         )),
     }
 }
