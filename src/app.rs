@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{AppState, router};
 use crate::auth::Authenticator;
-use crate::config::{AuthMode, Config, ConfigError, Findings};
+use crate::config::{AuthMode, Config, ConfigError, Findings, ServerConfig};
 use crate::engine::hub::{EventHub, HubWriter};
 use crate::engine::{Engine, EngineSettings};
 use crate::llm::ModelRouter;
@@ -153,20 +153,7 @@ impl Application {
             instance_id.clone(),
             config.runs.event_batch_max,
         );
-        let settings = EngineSettings {
-            instance_id,
-            lease_ttl: Duration::from_millis(config.runs.lease_ttl_ms),
-            tools: config.tools.clone(),
-            requires_action_ttl: Duration::from_millis(config.runs.requires_action_ttl_ms),
-            sweep_interval: Duration::from_millis(config.runs.sweep_interval_ms.max(10)),
-            max_background: config.runs.max_background.max(1),
-            claim_interval: Duration::from_millis(config.runs.claim_interval_ms.max(10)),
-            retention: Duration::from_secs(config.runs.retention_hours.saturating_mul(3600)),
-            idempotency_ttl: Duration::from_secs(
-                config.runs.idempotency_ttl_hours.saturating_mul(3600),
-            ),
-            limits: config.limits.clone(),
-        };
+        let settings = engine_settings(&config, instance_id);
         let engine = Engine::new(store.clone(), hub, models, registry.clone(), settings);
         // One process serves an SQLite file (it holds the lock), so whatever it finds
         // running was left by a previous process.
@@ -201,29 +188,17 @@ impl Application {
             engine.recover_after_discovery(ids, now);
         }
         let stopping: Arc<std::sync::atomic::AtomicBool> = Arc::default();
-        let open = config.auth.mode == AuthMode::Open;
-        if open {
-            tracing::warn!(
-                "auth.mode = \"open\": requests need no API key and all share one tenant; for local use only"
-            );
-        }
         let state = AppState {
             engine: engine.clone(),
-            auth: Arc::new(Authenticator::new(store.clone(), open)),
+            auth: Arc::new(authenticator(&config, store.clone())),
             body_timeout: Duration::from_secs(config.server.body_read_timeout_seconds.max(1)),
             stopping: stopping.clone(),
             body_limit: config.server.body_limit_bytes,
             heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
         };
-        let connections = ConnectionLimits {
-            header_read_timeout: Duration::from_secs(
-                config.server.header_read_timeout_seconds.max(1),
-            ),
-            max_connections: config.server.max_connections,
-        };
         Ok(Application {
             listener,
-            connections,
+            connections: ConnectionLimits::new(&config.server),
             stopping,
             addr,
             engine,
@@ -299,6 +274,38 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// The engine's settings from `[runs]`, `[tools]` and `[limits]`, with floors on the intervals
+/// and on `max_background`, where zero cannot work (`tokio::time::interval` panics on a zero
+/// period).
+fn engine_settings(config: &Config, instance_id: String) -> EngineSettings {
+    EngineSettings {
+        instance_id,
+        lease_ttl: Duration::from_millis(config.runs.lease_ttl_ms),
+        tools: config.tools.clone(),
+        requires_action_ttl: Duration::from_millis(config.runs.requires_action_ttl_ms),
+        sweep_interval: Duration::from_millis(config.runs.sweep_interval_ms.max(10)),
+        max_background: config.runs.max_background.max(1),
+        claim_interval: Duration::from_millis(config.runs.claim_interval_ms.max(10)),
+        retention: Duration::from_secs(config.runs.retention_hours.saturating_mul(3600)),
+        idempotency_ttl: Duration::from_secs(
+            config.runs.idempotency_ttl_hours.saturating_mul(3600),
+        ),
+        limits: config.limits.clone(),
+    }
+}
+
+/// Who may call the API: the keys in `store`, or anyone with `auth.mode = "open"`, which is
+/// warned about at every start because it is meant for local use only.
+fn authenticator(config: &Config, store: Arc<dyn store::RunStore>) -> Authenticator {
+    let open = config.auth.mode == AuthMode::Open;
+    if open {
+        tracing::warn!(
+            "auth.mode = \"open\": requests need no API key and all share one tenant; for local use only"
+        );
+    }
+    Authenticator::new(store, open)
 }
 
 /// Serves HTTP/1.1 on `listener` until `stop_accepting` is cancelled, then lets open
@@ -395,6 +402,16 @@ async fn serve_http(
 struct ConnectionLimits {
     header_read_timeout: Duration,
     max_connections: usize,
+}
+
+impl ConnectionLimits {
+    /// The limits `[server]` sets (a header read timeout of at least a second).
+    fn new(server: &ServerConfig) -> ConnectionLimits {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(server.header_read_timeout_seconds.max(1)),
+            max_connections: server.max_connections,
+        }
+    }
 }
 
 /// A database URL without its password, for messages.
