@@ -42,6 +42,13 @@ fn at<S: ToString>(segments: &[S]) -> Vec<String> {
     segments.iter().map(ToString::to_string).collect()
 }
 
+/// The path of the key `leaf` in the table at `prefix` (`llm`, `providers.NAME`).
+fn in_table(prefix: &[&str], leaf: &str) -> Vec<String> {
+    let mut path = at(prefix);
+    path.push(leaf.to_string());
+    path
+}
+
 impl Check<'_> {
     /// `KEY SOURCE: problem`, the source being where the value was set (if it was).
     fn error(&mut self, path: &[String], problem: impl Display) {
@@ -187,59 +194,10 @@ impl Check<'_> {
 
     /// One provider's URL and key; `prefix` is `llm` or `providers.NAME`.
     fn provider(&mut self, prefix: &[&str], provider: &ProviderConfig, is_default: bool) {
-        let path = |leaf: &str| {
-            let mut path = at(prefix);
-            path.push(leaf.to_string());
-            path
-        };
+        let path = |leaf: &str| in_table(prefix, leaf);
         let shown = |leaf: &str| key(&path(leaf));
-        let configured = provider.base_url.as_deref();
-        let fallback = is_default.then(|| env_value("OPENAI_BASE_URL")).flatten();
-        let url = match (configured, fallback) {
-            (Some(url), _) => self.http_url(&path("base_url"), None, url),
-            (None, Some(url)) => self.http_url(
-                &path("base_url"),
-                Some(Setter::Env("OPENAI_BASE_URL".into())),
-                &url,
-            ),
-            (None, None) if is_default => Url::parse(OPENAI_DEFAULT_BASE_URL).ok(),
-            (None, None) => {
-                self.error(
-                    &path("base_url"),
-                    "is missing: a provider in [providers] needs its own base_url (such as \"http://127.0.0.1:11434/v1\")",
-                );
-                None
-            }
-        };
-        let mut key_env_broken = false;
-        if let Some(name) = provider.api_key_env.as_deref() {
-            let is_name = !name.is_empty()
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            if !is_name {
-                // Not echoed: it may be the key itself, written where its variable's name goes.
-                self.error(
-                    &path("api_key_env"),
-                    "is not the name of an environment variable (letters, digits and _): it takes the name of the variable that holds the key, not the key",
-                );
-                key_env_broken = true;
-            } else if env_value(name).is_none() {
-                self.error(
-                    &path("api_key_env"),
-                    format!("names the environment variable {name}, which is not set"),
-                );
-                key_env_broken = true;
-            }
-            if provider.api_key.is_some() {
-                self.warning(
-                    &path("api_key"),
-                    format!(
-                        "is set, and so is {}: api_key is used, the variable is not read",
-                        shown("api_key_env")
-                    ),
-                );
-            }
-        }
+        let url = self.provider_url(prefix, provider, is_default);
+        let key_env_broken = self.check_api_key_env(prefix, provider);
         let Some(url) = url else { return };
         let has_key = super::resolve("", provider, is_default).api_key.is_some();
         let local = is_local(&url);
@@ -275,6 +233,72 @@ impl Check<'_> {
                 "must be positive (leave it out for no limit)",
             );
         }
+    }
+
+    /// Where a provider is: its `base_url`; for the default provider, else `OPENAI_BASE_URL`
+    /// or OpenAI's own. `None` (and an error) when that is not an http(s) URL or missing.
+    fn provider_url(
+        &mut self,
+        prefix: &[&str],
+        provider: &ProviderConfig,
+        is_default: bool,
+    ) -> Option<Url> {
+        let path = in_table(prefix, "base_url");
+        let configured = provider.base_url.as_deref();
+        let fallback = is_default.then(|| env_value("OPENAI_BASE_URL")).flatten();
+        match (configured, fallback) {
+            (Some(url), _) => self.http_url(&path, None, url),
+            (None, Some(url)) => {
+                self.http_url(&path, Some(Setter::Env("OPENAI_BASE_URL".into())), &url)
+            }
+            (None, None) if is_default => Url::parse(OPENAI_DEFAULT_BASE_URL).ok(),
+            (None, None) => {
+                self.error(
+                    &path,
+                    "is missing: a provider in [providers] needs its own base_url (such as \"http://127.0.0.1:11434/v1\")",
+                );
+                None
+            }
+        }
+    }
+
+    /// A provider's `api_key_env`, if set, names a variable that is set (and is warned about
+    /// beside `api_key`, which wins). True when it is broken: the missing key is then not
+    /// reported a second time.
+    fn check_api_key_env(&mut self, prefix: &[&str], provider: &ProviderConfig) -> bool {
+        let Some(name) = provider.api_key_env.as_deref() else {
+            return false;
+        };
+        let path = in_table(prefix, "api_key_env");
+        let is_name = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let broken = if !is_name {
+            // Not echoed: it may be the key itself, written where its variable's name goes.
+            self.error(
+                &path,
+                "is not the name of an environment variable (letters, digits and _): it takes the name of the variable that holds the key, not the key",
+            );
+            true
+        } else if env_value(name).is_none() {
+            self.error(
+                &path,
+                format!("names the environment variable {name}, which is not set"),
+            );
+            true
+        } else {
+            false
+        };
+        if provider.api_key.is_some() {
+            self.warning(
+                &in_table(prefix, "api_key"),
+                format!(
+                    "is set, and so is {}: api_key is used, the variable is not read",
+                    key(&path)
+                ),
+            );
+        }
+        broken
     }
 
     /// `value` parsed as an http(s) URL, or an error at `path`.
