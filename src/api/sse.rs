@@ -43,42 +43,8 @@ fn push_frame(out: &mut String, event: &EventRecord) {
 /// Events that are ready together (the event writer publishes a committed batch at once) go
 /// out as one chunk: one write and one wake-up instead of one per event.
 pub fn response(events: EventStream, heartbeat: Duration) -> Response {
-    struct State {
-        events: EventStream,
-        last_was_terminal: bool,
-        /// The events ended (or failed) while a chunk was being filled.
-        ended: Option<bool>,
-        finished: bool,
-        /// Counted among the open streams while it lives.
-        _open: crate::metrics::OpenStream,
-    }
-    impl State {
-        /// Appends an event; false when the stream ends with it.
-        fn take(
-            &mut self,
-            out: &mut String,
-            next: Option<Result<std::sync::Arc<EventRecord>, crate::engine::EngineError>>,
-        ) -> bool {
-            match next {
-                Some(Ok(event)) => {
-                    self.last_was_terminal = is_terminal(&event.event_type);
-                    push_frame(out, &event);
-                    true
-                }
-                Some(Err(e)) => {
-                    tracing::error!(error = %e, "cannot read events for a stream");
-                    self.ended = Some(false);
-                    false
-                }
-                None => {
-                    self.ended = Some(self.last_was_terminal);
-                    false
-                }
-            }
-        }
-    }
     let body = futures_util::stream::unfold(
-        State {
+        StreamState {
             events,
             // Nothing sent yet: ending now means the cursor was already at the end.
             last_was_terminal: true,
@@ -86,37 +52,7 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
             finished: false,
             _open: crate::metrics::OpenStream::new(crate::metrics::Transport::Sse),
         },
-        move |mut state| async move {
-            if state.finished {
-                return None;
-            }
-            if let Some(done) = state.ended {
-                state.finished = true;
-                return done.then(|| (Ok(Bytes::from_static(DONE)), state));
-            }
-            let first = match tokio::time::timeout(heartbeat, state.events.next()).await {
-                Err(_) => return Some((Ok(Bytes::from_static(PING)), state)),
-                Ok(next) => next,
-            };
-            let mut out = String::new();
-            if state.take(&mut out, first) {
-                while out.len() < COALESCE_BYTES {
-                    let Some(next) = state.events.next().now_or_never() else {
-                        break;
-                    };
-                    if !state.take(&mut out, next) {
-                        break;
-                    }
-                }
-            }
-            if out.is_empty() {
-                // Ended before anything was sent in this chunk.
-                let done = state.ended.unwrap_or(false);
-                state.finished = true;
-                return done.then(|| (Ok(Bytes::from_static(DONE)), state));
-            }
-            Some((Ok::<_, std::convert::Infallible>(Bytes::from(out)), state))
-        },
+        move |state| state.next_chunk(heartbeat),
     );
     let mut response = Response::new(Body::from_stream(body));
     let headers = response.headers_mut();
@@ -128,6 +64,80 @@ pub fn response(events: EventStream, heartbeat: Duration) -> Response {
     // Reverse proxies (nginx) must not buffer the stream.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+/// Where a stream of [`response`] is between two chunks.
+struct StreamState {
+    events: EventStream,
+    last_was_terminal: bool,
+    /// The events ended (or failed) while a chunk was being filled.
+    ended: Option<bool>,
+    finished: bool,
+    /// Counted among the open streams while it lives.
+    _open: crate::metrics::OpenStream,
+}
+
+impl StreamState {
+    /// The next chunk of the body: the events ready now (at least one, waited for), a ping
+    /// after `heartbeat` without any, or `[DONE]`; `None` when the body is over.
+    async fn next_chunk(
+        mut self,
+        heartbeat: Duration,
+    ) -> Option<(Result<Bytes, std::convert::Infallible>, StreamState)> {
+        if self.finished {
+            return None;
+        }
+        if let Some(done) = self.ended {
+            self.finished = true;
+            return done.then(|| (Ok(Bytes::from_static(DONE)), self));
+        }
+        let first = match tokio::time::timeout(heartbeat, self.events.next()).await {
+            Err(_) => return Some((Ok(Bytes::from_static(PING)), self)),
+            Ok(next) => next,
+        };
+        let mut out = String::new();
+        if self.take(&mut out, first) {
+            while out.len() < COALESCE_BYTES {
+                let Some(next) = self.events.next().now_or_never() else {
+                    break;
+                };
+                if !self.take(&mut out, next) {
+                    break;
+                }
+            }
+        }
+        if out.is_empty() {
+            // Ended before anything was sent in this chunk.
+            let done = self.ended.unwrap_or(false);
+            self.finished = true;
+            return done.then(|| (Ok(Bytes::from_static(DONE)), self));
+        }
+        Some((Ok(Bytes::from(out)), self))
+    }
+
+    /// Appends an event; false when the stream ends with it.
+    fn take(
+        &mut self,
+        out: &mut String,
+        next: Option<Result<std::sync::Arc<EventRecord>, crate::engine::EngineError>>,
+    ) -> bool {
+        match next {
+            Some(Ok(event)) => {
+                self.last_was_terminal = is_terminal(&event.event_type);
+                push_frame(out, &event);
+                true
+            }
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "cannot read events for a stream");
+                self.ended = Some(false);
+                false
+            }
+            None => {
+                self.ended = Some(self.last_was_terminal);
+                false
+            }
+        }
+    }
 }
 
 /// One event of a stream, for the OpenAPI document: the fields a client's SSE parser reads
