@@ -109,8 +109,8 @@ impl ToolHandler for HttpTool {
             }
         };
         let status = response.status();
-        let body = match read_limited(response).await {
-            Ok(body) => body,
+        let body = match read_limited(response, REPLY_LIMIT).await {
+            Ok((body, _)) => String::from_utf8_lossy(&body).into_owned(),
             Err(e) => {
                 return ToolResult::failure(
                     ToolErrorKind::Transport {
@@ -142,14 +142,21 @@ impl ToolHandler for HttpTool {
     }
 }
 
-async fn read_limited(mut response: reqwest::Response) -> Result<String, reqwest::Error> {
+/// The body of `response`, at most `limit` bytes of it (reading stops there), and whether
+/// bytes past the limit arrived and were dropped.
+pub(crate) async fn read_limited(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
     let mut body = Vec::new();
+    let mut truncated = false;
     while let Some(chunk) = response.chunk().await? {
         body.extend_from_slice(&chunk);
-        if body.len() >= REPLY_LIMIT {
-            body.truncate(REPLY_LIMIT);
+        if body.len() >= limit {
+            truncated = body.len() > limit;
+            body.truncate(limit);
             break;
         }
     }
-    Ok(String::from_utf8_lossy(&body).into_owned())
+    Ok((body, truncated))
 }

@@ -12,6 +12,7 @@ use url::Url;
 
 use crate::config::FetchUrlConfig;
 use crate::tools::address;
+use crate::tools::http::read_limited;
 use crate::tools::{ToolContext, ToolErrorKind, ToolHandler, ToolOutput, ToolResult};
 
 const MAX_REDIRECTS: usize = 5;
@@ -153,7 +154,7 @@ impl ToolHandler for FetchUrl {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_string();
-            let (body, truncated) = match read_body(response, limit).await {
+            let (body, truncated) = match read_limited(response, limit).await {
                 Ok(read) => read,
                 Err(e) => {
                     return ToolResult::failure(
@@ -182,25 +183,6 @@ impl ToolHandler for FetchUrl {
         }
         ToolResult::error(format!("More than {MAX_REDIRECTS} redirects."))
     }
-}
-
-/// The body of `response`, at most `limit` bytes of it (reading stops there), and whether
-/// bytes past the limit arrived and were dropped.
-async fn read_body(
-    mut response: reqwest::Response,
-    limit: usize,
-) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let mut body = Vec::new();
-    let mut truncated = false;
-    while let Some(chunk) = response.chunk().await? {
-        body.extend_from_slice(&chunk);
-        if body.len() >= limit {
-            truncated = body.len() > limit;
-            body.truncate(limit);
-            break;
-        }
-    }
-    Ok((body, truncated))
 }
 
 #[cfg(test)]
