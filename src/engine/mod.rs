@@ -88,7 +88,7 @@ impl From<FieldError> for EngineError {
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> EngineError {
         match e {
-            StoreError::Unavailable(message) => EngineError::Unavailable(message),
+            StoreError::Unavailable(message) => EngineError::Unavailable(message.to_string()),
             other => EngineError::Internal(other.to_string()),
         }
     }
