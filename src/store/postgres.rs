@@ -20,11 +20,10 @@ use super::batch::Commit;
 use super::error::{Cause, StoreError, transient_code};
 use super::migrate;
 use super::shared::{Affected, SqlStore, StoreBackend};
-use super::sql::{self, IndexedItem, RunRow};
-use super::state::Transition;
+use super::sql::{self, IndexedItem};
 use super::types::{
-    Backend, BatchOutcome, FoundItem, Lease, Loss, NewRun, Notification, NotificationStream,
-    RunEnding, StoredRun, WriteBatch,
+    Backend, BatchOutcome, FoundItem, Loss, NewRun, Notification, NotificationStream, RunEnding,
+    WriteBatch,
 };
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
@@ -217,32 +216,6 @@ const WRITE_ROWS: &str = "WITH runs AS (
                 (SELECT COUNT(*) FROM announced)";
 
 impl PostgresBackend {
-    /// Appends events (without a fence: the caller's transaction just changed the run).
-    async fn insert_events(
-        conn: &mut PgConnection,
-        events: &[EventRecord],
-    ) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let columns = EventColumns::of(events.iter());
-        sqlx::query(
-            "INSERT INTO response_events \
-             (response_id, sequence_number, tenant_id, event_type, data, created_at) \
-             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
-             $6::bigint[])",
-        )
-        .bind(columns.ids)
-        .bind(columns.numbers)
-        .bind(columns.tenants)
-        .bind(columns.types)
-        .bind(columns.data)
-        .bind(columns.times)
-        .execute(&mut *conn)
-        .await?;
-        Ok(())
-    }
-
     /// One statement over arrays ([`WRITE_ROWS`]): inserts runs (with their input items and
     /// first events), appends events of runs the writer holds (locking their rows against a
     /// takeover until the statement commits; only a running run has a lease holder, so the
@@ -428,6 +401,15 @@ impl StoreBackend for PostgresBackend {
 
     const KIND: Backend = Backend::Postgres;
     const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+    /// Instances claiming at once skip each other's rows instead of waiting or
+    /// double-claiming.
+    const CLAIM_QUEUED: &'static str = concat!(
+        "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
+         updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
+         ORDER BY created_at LIMIT $6 FOR UPDATE SKIP LOCKED) AND state = $5 \
+         AND lease_owner IS NULL RETURNING ",
+        sql::run_columns!()
+    );
 
     fn readers(&self) -> &PgPool {
         &self.pool
@@ -498,7 +480,25 @@ impl StoreBackend for PostgresBackend {
         conn: &mut PgConnection,
         events: &[EventRecord],
     ) -> Result<(), StoreError> {
-        Self::insert_events(conn, events).await
+        if events.is_empty() {
+            return Ok(());
+        }
+        let columns = EventColumns::of(events.iter());
+        sqlx::query(
+            "INSERT INTO response_events \
+             (response_id, sequence_number, tenant_id, event_type, data, created_at) \
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+             $6::bigint[])",
+        )
+        .bind(columns.ids)
+        .bind(columns.numbers)
+        .bind(columns.tenants)
+        .bind(columns.types)
+        .bind(columns.data)
+        .bind(columns.times)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
     }
 
     async fn delete_rows_of(conn: &mut PgConnection, ids: &[String]) -> Result<(), StoreError> {
@@ -510,33 +510,6 @@ impl StoreBackend for PostgresBackend {
             sqlx::query(statement).bind(ids).execute(&mut *conn).await?;
         }
         Ok(())
-    }
-
-    async fn claim_queued(
-        &self,
-        lease: &Lease,
-        now: UnixMillis,
-        limit: u32,
-    ) -> Result<Vec<StoredRun>, StoreError> {
-        // Instances claiming at once skip each other's rows instead of waiting or
-        // double-claiming.
-        let t = Transition::CLAIM;
-        let rows: Vec<RunRow> = sqlx::query_as(concat!(
-            "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
-             updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
-             ORDER BY created_at LIMIT $6 FOR UPDATE SKIP LOCKED) AND state = $5 \
-             AND lease_owner IS NULL RETURNING ",
-            sql::run_columns!()
-        ))
-        .bind(t.to().as_str())
-        .bind(&lease.holder)
-        .bind(lease.until)
-        .bind(now)
-        .bind(t.from().as_str())
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        sql::runs(rows)
     }
 
     async fn renew_leases(
@@ -727,7 +700,7 @@ struct OutputColumns<'a> {
 }
 
 impl<'a> OutputColumns<'a> {
-    fn of(indexed: &'a [sql::IndexedItem<'a>]) -> OutputColumns<'a> {
+    fn of(indexed: &'a [IndexedItem<'a>]) -> OutputColumns<'a> {
         let mut columns = OutputColumns::default();
         for item in indexed {
             columns.runs.push(item.response_id);

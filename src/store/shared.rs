@@ -6,9 +6,10 @@
 //! lookups, the event writer's batch commit, the lease holders it remembers (SQLite),
 //! notifications and upkeep.
 //!
-//! The methods are generic over the sqlx database of the backend: the `where` clause of the
-//! `RunStore` impl (and of the one helper, [`SqlStore::compare_and_set`], that SQLite's batch
-//! commit shares) says what they need of it; each backend's types meet it.
+//! The methods are generic over the sqlx database of the backend. The `where` clause of the
+//! `RunStore` impl says what they need of it (each backend's types meet it); it is written out
+//! again on [`compare_and_set`], the one helper SQLite's batch commit shares, because Rust does
+//! not carry such bounds along with a trait (a trait alias could not stand for them).
 
 use std::future::Future;
 use std::ops::DerefMut;
@@ -68,6 +69,10 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
 
     const KIND: Backend;
     const MIGRATOR: Migrator;
+    /// Claims queued runs ([`RunStore::claim_queued`]): `$1` the state they go to, `$2` and
+    /// `$3` the lease, `$4` now, `$5` the state they leave, `$6` how many at most; returns the
+    /// runs claimed.
+    const CLAIM_QUEUED: &'static str;
 
     /// Where reads go.
     fn readers(&self) -> &Pool<Self::Db>;
@@ -116,14 +121,6 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
 
     /// `holder` let go of every run it held (told as [`StoreBackend::leased`]).
     fn released(&self, _holder: &str) {}
-
-    /// See [`RunStore::claim_queued`].
-    fn claim_queued(
-        &self,
-        lease: &Lease,
-        now: UnixMillis,
-        limit: u32,
-    ) -> impl Future<Output = Result<Vec<StoredRun>, StoreError>> + Send;
 
     /// See [`RunStore::renew_leases`].
     fn renew_leases(
@@ -355,7 +352,21 @@ where
         now: UnixMillis,
         limit: u32,
     ) -> Result<Vec<StoredRun>, StoreError> {
-        self.backend.claim_queued(lease, now, limit).await
+        let t = Transition::CLAIM;
+        let rows = sqlx::query_as(B::CLAIM_QUEUED)
+            .bind(t.to().as_str())
+            .bind(&lease.holder)
+            .bind(lease.until)
+            .bind(now)
+            .bind(t.from().as_str())
+            .bind(i64::from(limit));
+        let mut conn = self.backend.writer().await?;
+        let rows: Vec<RunRow> = rows.fetch_all(&mut *conn).await?;
+        let runs = sql::runs(rows)?;
+        for run in &runs {
+            self.backend.leased(&run.body.id, Some(&lease.holder));
+        }
+        Ok(runs)
     }
 
     async fn claim_stale(

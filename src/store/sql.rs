@@ -1,7 +1,7 @@
 //! What both backends share: the SQL text they both accept (`$N` placeholders, `ON CONFLICT`,
-//! `RETURNING`, plain types) and the row types it reads. Each backend binds and runs it in
-//! its own plain code; statements that differ (claiming with row locks, batch inserts) are in
-//! `sqlite.rs` and `postgres.rs`.
+//! `RETURNING`, plain types) and the row types it reads. `shared.rs` binds and runs it, once
+//! for both; statements that differ (claiming with row locks, inserts of many rows, the event
+//! writer's batch) are in `sqlite.rs` and `postgres.rs`.
 //!
 //! JSON is stored as text on both backends: exactly what `serde_json` wrote (a U+0000 in a
 //! string is the escape `\u0000`, which PostgreSQL's `jsonb` refuses).

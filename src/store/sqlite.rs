@@ -32,11 +32,9 @@ use super::batch::Commit;
 use super::error::{Cause, StoreError};
 use super::migrate;
 use super::shared::{self, Affected, SqlStore, StoreBackend};
-use super::sql::{self, INSERT_CHUNK, IndexedItem, RunRow};
-use super::state::Transition;
+use super::sql::{self, INSERT_CHUNK, IndexedItem};
 use super::types::{
-    Backend, BatchOutcome, Change, FoundItem, Lease, Loss, NewRun, NotificationStream, StoredRun,
-    WriteBatch,
+    Backend, BatchOutcome, Change, FoundItem, Loss, NewRun, NotificationStream, WriteBatch,
 };
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
@@ -114,7 +112,7 @@ const WRITER_CHECKPOINT_PAGES: u32 = 10_000;
 /// once.
 const CHECKPOINT_DELAY: Duration = Duration::from_millis(25);
 
-/// Columns of an appended event, in the order `insert_events` binds them.
+/// Columns of an appended event, in the order `append_events` binds them.
 const EVENT_COLUMNS: &str = "INSERT INTO response_events (response_id, sequence_number, tenant_id, event_type, data, created_at) ";
 
 /// The serving instance's claim on a database file: an exclusive lock on `<file>-lock`, held
@@ -289,7 +287,7 @@ impl SqliteBackend {
             .iter()
             .flat_map(|run| run.initial_events.iter().cloned())
             .collect();
-        Self::insert_events(conn, &first).await
+        Self::append_events(conn, &first).await
     }
 
     /// Inserts input items, several rows per statement.
@@ -317,41 +315,6 @@ impl SqliteBackend {
         Ok(())
     }
 
-    /// Indexes output items (see [`sql::indexed_items`]); those indexed before are skipped.
-    async fn insert_output_items(
-        conn: &mut SqliteConnection,
-        items: &[sql::IndexedItem<'_>],
-    ) -> Result<(), StoreError> {
-        for chunk in items.chunks(INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO output_items (response_id, item_id, tenant_id, call_id, item) ",
-            );
-            insert.push_values(chunk, |mut row, indexed| {
-                row.push_bind(indexed.response_id)
-                    .push_bind(indexed.item_id)
-                    .push_bind(indexed.tenant_id)
-                    .push_bind(indexed.call_id)
-                    .push_bind(indexed.item.as_str());
-            });
-            insert.push(" ON CONFLICT DO NOTHING");
-            insert.build().execute(&mut *conn).await?;
-        }
-        Ok(())
-    }
-
-    /// Appends events, several rows per statement (in chunks under the parameter limit).
-    async fn insert_events(
-        conn: &mut SqliteConnection,
-        events: &[EventRecord],
-    ) -> Result<(), StoreError> {
-        for chunk in events.chunks(INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new(EVENT_COLUMNS);
-            insert.push_values(chunk, event_row);
-            insert.build().execute(&mut *conn).await?;
-        }
-        Ok(())
-    }
-
     /// Appends the events of runs `holder` holds (only a running run has a lease holder) and
     /// returns the runs whose events it does not. Runs this store does not know as `holder`'s
     /// (see `Holders`; runs `inserted_here` by the same transaction are) are looked up first,
@@ -370,7 +333,7 @@ impl SqliteBackend {
             .filter(|id| !inserted_here.contains(id) && !self.holders.holds(id, holder))
             .collect();
         if unknown.is_empty() {
-            Self::insert_events(conn, events).await?;
+            Self::append_events(conn, events).await?;
             return Ok(HashMap::new());
         }
         unknown.sort_unstable();
@@ -391,7 +354,7 @@ impl SqliteBackend {
             !unknown.contains(&&*e.response_id) || held.iter().any(|id| *id == *e.response_id)
         });
         let mine: Vec<EventRecord> = mine.into_iter().cloned().collect();
-        Self::insert_events(conn, &mine).await?;
+        Self::append_events(conn, &mine).await?;
         Ok(lost
             .into_iter()
             .map(|e| (e.response_id.clone(), Loss::NotHeld))
@@ -476,7 +439,7 @@ impl Commit for SqliteBackend {
         // The closing events of the endings that applied, in one statement after them, and
         // their output to index.
         let mut closing: Vec<EventRecord> = Vec::new();
-        let mut indexed: Vec<sql::IndexedItem> = Vec::new();
+        let mut indexed: Vec<IndexedItem> = Vec::new();
         for ending in &batch.endings {
             let change = Change {
                 body: Some(&ending.body),
@@ -497,8 +460,8 @@ impl Commit for SqliteBackend {
             }
             outcome.endings.push(result);
         }
-        Self::insert_events(&mut tx, &closing).await?;
-        Self::insert_output_items(&mut tx, &indexed).await?;
+        Self::append_events(&mut tx, &closing).await?;
+        Self::index_output(&mut tx, &indexed).await?;
         tx.commit().await?;
         for run in &batch.runs {
             let holder = run.lease.as_ref().map(|l| l.holder.as_str());
@@ -525,6 +488,13 @@ impl StoreBackend for SqliteBackend {
 
     const KIND: Backend = Backend::Sqlite;
     const MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+    /// One process owns the file: claiming needs no row locks.
+    const CLAIM_QUEUED: &'static str = concat!(
+        "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
+         updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
+         ORDER BY created_at LIMIT $6) AND state = $5 AND lease_owner IS NULL RETURNING ",
+        sql::run_columns!()
+    );
 
     fn readers(&self) -> &SqlitePool {
         &self.readers
@@ -559,18 +529,39 @@ impl StoreBackend for SqliteBackend {
         Self::insert_items(conn, &rows).await
     }
 
+    /// Several rows per statement (in chunks under the parameter limit).
     async fn index_output(
         conn: &mut SqliteConnection,
         items: &[IndexedItem<'_>],
     ) -> Result<(), StoreError> {
-        Self::insert_output_items(conn, items).await
+        for chunk in items.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO output_items (response_id, item_id, tenant_id, call_id, item) ",
+            );
+            insert.push_values(chunk, |mut row, indexed| {
+                row.push_bind(indexed.response_id)
+                    .push_bind(indexed.item_id)
+                    .push_bind(indexed.tenant_id)
+                    .push_bind(indexed.call_id)
+                    .push_bind(indexed.item.as_str());
+            });
+            insert.push(" ON CONFLICT DO NOTHING");
+            insert.build().execute(&mut *conn).await?;
+        }
+        Ok(())
     }
 
+    /// Several rows per statement (in chunks under the parameter limit).
     async fn append_events(
         conn: &mut SqliteConnection,
         events: &[EventRecord],
     ) -> Result<(), StoreError> {
-        Self::insert_events(conn, events).await
+        for chunk in events.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(EVENT_COLUMNS);
+            insert.push_values(chunk, event_row);
+            insert.build().execute(&mut *conn).await?;
+        }
+        Ok(())
     }
 
     async fn delete_rows_of(conn: &mut SqliteConnection, ids: &[String]) -> Result<(), StoreError> {
@@ -595,36 +586,6 @@ impl StoreBackend for SqliteBackend {
 
     fn released(&self, holder: &str) {
         self.holders.release_all(holder);
-    }
-
-    async fn claim_queued(
-        &self,
-        lease: &Lease,
-        now: UnixMillis,
-        limit: u32,
-    ) -> Result<Vec<StoredRun>, StoreError> {
-        // One process owns the file: claiming needs no row locks.
-        let t = Transition::CLAIM;
-        let rows = sqlx::query_as(concat!(
-            "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
-             updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
-             ORDER BY created_at LIMIT $6) AND state = $5 AND lease_owner IS NULL RETURNING ",
-            sql::run_columns!()
-        ))
-        .bind(t.to().as_str())
-        .bind(&lease.holder)
-        .bind(lease.until)
-        .bind(now)
-        .bind(t.from().as_str())
-        .bind(i64::from(limit));
-        // The cache changes before the writing connection is let go (see `Holders`).
-        let mut conn = self.writer().await?;
-        let rows: Vec<RunRow> = rows.fetch_all(&mut *conn).await?;
-        let runs = sql::runs(rows)?;
-        for run in &runs {
-            self.holders.set(&run.body.id, Some(&lease.holder));
-        }
-        Ok(runs)
     }
 
     async fn renew_leases(
@@ -717,7 +678,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::store::{RunState, RunStore, WriteBatch};
+    use crate::store::{Lease, RunState, RunStore, WriteBatch};
 
     #[tokio::test]
     async fn pruning_finds_old_runs_through_an_index_without_reading_every_stopped_run() {

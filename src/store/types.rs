@@ -75,7 +75,8 @@ pub struct IdempotentRequest {
 /// sequence number.
 pub type ClosingEvents<'a> = &'a (dyn Fn(u64) -> Vec<EventRecord> + Send + Sync);
 
-/// One change of a run's state or lease (see [`RunStore::transition`](super::RunStore::transition)).
+/// One change of a run's state or lease (see
+/// [`RunStore::transition`](super::RunStore::transition)).
 #[derive(Clone, Copy)]
 pub struct Change<'a> {
     pub id: &'a str,
