@@ -2,9 +2,9 @@
 //! SQL text of `sql.rs` on the connections its backend gives it. A backend ([`StoreBackend`])
 //! supplies only what differs: where reads and writes go (SQLite's one writing connection and
 //! its readers, PostgreSQL's pool), the inserts of many rows (SQLite's chunked `VALUES` lists,
-//! PostgreSQL's arrays), claiming queued runs, renewing leases, cancel requests and item
-//! lookups, the event writer's batch commit, the lease holders it remembers (SQLite),
-//! notifications and upkeep.
+//! PostgreSQL's arrays), the statement that claims queued runs (with row locks on PostgreSQL),
+//! renewing leases, cancel requests and item lookups, the event writer's batch commit, the
+//! lease holders it remembers (SQLite), notifications and upkeep.
 //!
 //! The methods are generic over the sqlx database of the backend. The `where` clause of the
 //! `RunStore` impl says what they need of it (each backend's types meet it); it is written out
@@ -122,7 +122,7 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
     /// `holder` let go of every run it held (told as [`StoreBackend::leased`]).
     fn released(&self, _holder: &str) {}
 
-    /// See [`RunStore::renew_leases`].
+    /// See [`RunStore::renew_leases`] (never asked with no ids).
     fn renew_leases(
         &self,
         holder: &str,
@@ -130,7 +130,7 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
         until: UnixMillis,
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
-    /// See [`RunStore::request_cancel`].
+    /// See [`RunStore::request_cancel`] (`id` is findable).
     fn request_cancel(
         &self,
         tenant_id: &str,
@@ -138,7 +138,7 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
         now: UnixMillis,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// See [`RunStore::find_items`].
+    /// See [`RunStore::find_items`] (the ids are findable).
     fn find_items(
         &self,
         tenant_id: &str,
