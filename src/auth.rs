@@ -146,7 +146,7 @@ pub enum AuthError {
 /// The key's record as an [`ApiKey`], if it is valid.
 pub fn api_key(record: ApiKeyRecord) -> Result<ApiKey, StoreError> {
     let policy = serde_json::from_str(&record.policy)
-        .map_err(|e| StoreError::Corrupt(format!("policy of key {}: {e}", record.id)))?;
+        .map_err(|e| StoreError::corrupt(format!("policy of key {}: {e}", record.id)))?;
     Ok(ApiKey {
         id: record.id,
         tenant_id: record.tenant_id,
@@ -285,7 +285,7 @@ pub async fn create_key(
         hash: hash(&secret),
         prefix: prefix_of(&secret),
         policy: serde_json::to_string(policy)
-            .map_err(|e| StoreError::Rejected(format!("cannot encode a policy: {e}")))?,
+            .map_err(|e| StoreError::rejected(format!("cannot encode a policy: {e}")))?,
         created_at: crate::time::UnixMillis::now(),
         revoked_at: None,
     };

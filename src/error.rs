@@ -266,7 +266,7 @@ impl IntoResponse for ApiError {
 /// A 503 for a database that cannot be reached, naming why.
 fn database_unavailable(cause: &StoreError) -> ApiError {
     let why = match cause {
-        StoreError::Unavailable(message) => message.clone(),
+        StoreError::Unavailable(cause) => cause.to_string(),
         other => other.to_string(),
     };
     ApiError::Unavailable(format!("The database is unavailable: {why}"))
@@ -372,17 +372,34 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_internal_engine_error_is_a_generic_500_that_keeps_its_cause() {
-        let store = StoreError::Rejected("no such table: responses".into());
-        let error = ApiError::from(EngineError::from(store));
+    #[tokio::test]
+    async fn an_internal_engine_error_is_a_generic_500_that_keeps_its_sqlx_cause() {
+        use sqlx::Connection;
+        let mut db = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let refused = sqlx::query("SELECT * FROM responses")
+            .execute(&mut db)
+            .await
+            .unwrap_err();
+        let error = ApiError::from(EngineError::from(StoreError::from(refused)));
         assert_eq!(error.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
-        let ApiError::Internal(cause) = &error else {
+        let ApiError::Internal(fault) = &error else {
             panic!("{error:?}")
         };
+        // The sqlx error itself travels down the chain, not its text.
+        let sqlx_error = fault
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<sqlx::Error>());
         assert!(
-            cause_chain(cause.as_ref()).contains("no such table: responses"),
-            "{cause:?}"
+            matches!(sqlx_error, Some(sqlx::Error::Database(_))),
+            "{fault:?}"
+        );
+        let line = cause_chain(fault.as_ref());
+        assert_eq!(
+            line.matches("no such table: responses").count(),
+            1,
+            "{line}"
         );
         let (_, message, _, _) = error.envelope();
         assert_eq!(

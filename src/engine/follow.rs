@@ -199,7 +199,7 @@ impl Follower {
         self.reads
             .spawn(read)
             .await
-            .map_err(|e| StoreError::Unavailable(format!("a read of the event log failed: {e}")))?
+            .map_err(|e| StoreError::unavailable(format!("a read of the event log failed: {e}")))?
     }
 
     fn deliver(&mut self, event: Arc<EventRecord>) -> Arc<EventRecord> {

@@ -462,7 +462,7 @@ impl Writer {
         match command {
             Command::End(ending, reply) => {
                 let result = if self.lost.contains(ending.id.as_str()) {
-                    Err(StoreError::Unavailable(format!(
+                    Err(StoreError::unavailable(format!(
                         "events of {} could not be written",
                         ending.id
                     )))
@@ -496,7 +496,7 @@ impl Writer {
             }
             Command::Flush(id, reply) => {
                 let result = if self.lost.contains(&id) {
-                    Err(StoreError::Unavailable(format!(
+                    Err(StoreError::unavailable(format!(
                         "events of {id} could not be written"
                     )))
                 } else {

@@ -226,8 +226,8 @@ impl Engine {
             self.inner.hub.database_reachable();
             return Ok(());
         }
-        Err(EngineError::Unavailable(StoreError::Unavailable(
-            "the database cannot be reached".into(),
+        Err(EngineError::Unavailable(StoreError::unavailable(
+            "the database cannot be reached",
         )))
     }
 

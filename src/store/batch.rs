@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{BatchOutcome, EventRecord, Loss, StoreError, WriteBatch};
+use super::error::StoreError;
+use super::types::{BatchOutcome, Loss, WriteBatch};
+use crate::protocol::events::EventRecord;
 
 /// Delays between attempts to write a batch the database could not be reached for.
 const RETRY_DELAYS_MS: [u64; 3] = [10, 100, 500];

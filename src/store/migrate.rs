@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
 
-use super::StoreError;
+use super::error::{Cause, StoreError};
 
 /// What a start found and did to the schema.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,7 +109,7 @@ fn allow_newer(
     if blocking.is_empty() {
         return Ok(());
     }
-    Err(StoreError::Rejected(format!(
+    Err(StoreError::rejected(format!(
         "the database has migrations of a newer release that this binary (which knows \
          migrations up to {newest_known}) cannot run on: {}. Run the newer release, or restore \
          the backup taken before it was installed",
@@ -120,7 +120,10 @@ fn allow_newer(
 fn failed(e: MigrateError) -> StoreError {
     match e {
         MigrateError::Execute(e) => StoreError::from(e),
-        e => StoreError::Rejected(format!("migrations failed: {e}")),
+        e => {
+            let message = format!("migrations failed: {e}");
+            StoreError::Rejected(Cause::of(e).saying(message))
+        }
     }
 }
 

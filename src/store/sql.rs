@@ -1,7 +1,7 @@
 //! What both backends share: the SQL text they both accept (`$N` placeholders, `ON CONFLICT`,
-//! `RETURNING`, plain types) and the row types it reads. Each backend binds and runs it in
-//! its own plain code; statements that differ (claiming with row locks, batch inserts) are in
-//! `sqlite.rs` and `postgres.rs`.
+//! `RETURNING`, plain types) and the row types it reads. `shared.rs` binds and runs it, once
+//! for both; statements that differ (claiming with row locks, inserts of many rows, the event
+//! writer's batch) are in `sqlite.rs` and `postgres.rs`.
 //!
 //! JSON is stored as text on both backends: exactly what `serde_json` wrote (a U+0000 in a
 //! string is the escape `\u0000`, which PostgreSQL's `jsonb` refuses).
@@ -9,7 +9,10 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::{EventRecord, IdempotentRequest, RunState, StoreError, StoredRun};
+use super::error::{Cause, StoreError};
+use super::state::{Guard, RunState};
+use super::types::{ApiKeyRecord, FoundItem, IdempotentRequest, Order, StoredRun, UsageRow};
+use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
 use crate::protocol::response::ResponseObject;
 use crate::time::UnixMillis;
@@ -212,10 +215,10 @@ pub(super) struct FoundRow {
     pub state: String,
 }
 
-pub(super) fn found(rows: Vec<FoundRow>) -> Result<Vec<super::FoundItem>, StoreError> {
+pub(super) fn found(rows: Vec<FoundRow>) -> Result<Vec<FoundItem>, StoreError> {
     rows.into_iter()
         .map(|row| {
-            Ok(super::FoundItem {
+            Ok(FoundItem {
                 response_id: row.response_id,
                 item: from_json(&row.item)?,
                 output: row.output,
@@ -226,10 +229,10 @@ pub(super) fn found(rows: Vec<FoundRow>) -> Result<Vec<super::FoundItem>, StoreE
 }
 
 /// The page query for `order`, and where a page without `after` starts.
-pub(super) fn page(order: super::Order) -> (&'static str, i64) {
+pub(super) fn page(order: Order) -> (&'static str, i64) {
     match order {
-        super::Order::Descending => (INPUT_ITEMS_BEFORE, i64::MAX),
-        super::Order::Ascending => (INPUT_ITEMS_AFTER, -1),
+        Order::Descending => (INPUT_ITEMS_BEFORE, i64::MAX),
+        Order::Ascending => (INPUT_ITEMS_AFTER, -1),
     }
 }
 
@@ -250,11 +253,11 @@ pub(super) fn cancel_requested(renewed: Vec<(String, Option<UnixMillis>)>) -> Ve
 }
 
 /// The guard of a transition as [`COMPARE_AND_SET`] binds it.
-pub(super) fn guard_name(guard: super::Guard) -> &'static str {
+pub(super) fn guard_name(guard: Guard) -> &'static str {
     match guard {
-        super::Guard::Unheld => "unheld",
-        super::Guard::HeldByCaller => "held",
-        super::Guard::RunOut => "run_out",
+        Guard::Unheld => "unheld",
+        Guard::HeldByCaller => "held",
+        Guard::RunOut => "run_out",
     }
 }
 
@@ -296,7 +299,7 @@ pub(super) fn runs(rows: Vec<RunRow>) -> Result<Vec<StoredRun>, StoreError> {
 }
 
 pub(super) fn parse_state(text: &str) -> Result<RunState, StoreError> {
-    RunState::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown run state {text:?}")))
+    RunState::parse(text).ok_or_else(|| StoreError::corrupt(format!("unknown run state {text:?}")))
 }
 
 #[derive(sqlx::FromRow)]
@@ -355,11 +358,14 @@ impl From<IdempotencyRow> for IdempotentRequest {
 
 /// JSON text for a column.
 pub(super) fn to_json(value: &(impl serde::Serialize + ?Sized)) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Rejected(format!("cannot encode: {e}")))
+    serde_json::to_string(value).map_err(|e| {
+        let message = format!("cannot encode: {e}");
+        StoreError::Rejected(Cause::of(e).saying(message))
+    })
 }
 
 pub(super) fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(Cause::of(e)))
 }
 
 /// A sequence number as stored.
@@ -420,9 +426,9 @@ pub(super) struct KeyRow {
     pub revoked_at: Option<UnixMillis>,
 }
 
-impl From<KeyRow> for super::ApiKeyRecord {
-    fn from(row: KeyRow) -> super::ApiKeyRecord {
-        super::ApiKeyRecord {
+impl From<KeyRow> for ApiKeyRecord {
+    fn from(row: KeyRow) -> ApiKeyRecord {
+        ApiKeyRecord {
             id: row.id,
             tenant_id: row.tenant_id,
             name: row.name,
@@ -447,9 +453,9 @@ pub(super) struct UsageDbRow {
     pub output_tokens: i64,
 }
 
-impl From<UsageDbRow> for super::UsageRow {
-    fn from(row: UsageDbRow) -> super::UsageRow {
-        super::UsageRow {
+impl From<UsageDbRow> for UsageRow {
+    fn from(row: UsageDbRow) -> UsageRow {
+        UsageRow {
             tenant_id: row.tenant_id,
             key_id: row.key_id,
             model: row.model,

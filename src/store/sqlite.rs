@@ -20,33 +20,40 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
+    SqliteSynchronous,
+};
 use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
-use tokio::sync::Notify;
+use tokio::sync::{Mutex, MutexGuard, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{self, Commit};
-use super::sql::{self, INSERT_CHUNK, ItemRow, RunRow};
-use super::{
-    ApiKeyRecord, Applied, Backend, BatchOutcome, Change, EventRecord, IdempotentRequest, Lease,
-    LeaseAfter, Loss, NewRun, NotificationStream, Order, RunStore, Saved, StoreError, StoredRun,
-    Transition, UsageRow, WriteBatch, findable,
+use super::batch::Commit;
+use super::error::{Cause, StoreError};
+use super::migrate;
+use super::shared::{self, Affected, SqlStore, StoreBackend};
+use super::sql::{self, INSERT_CHUNK, IndexedItem};
+use super::types::{
+    Backend, BatchOutcome, Change, FoundItem, Loss, NewRun, NotificationStream, WriteBatch,
 };
+use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
-use crate::protocol::response::ResponseObject;
-use crate::protocol::transcript::Entry;
 use crate::time::UnixMillis;
 
-pub struct SqliteStore {
+/// The SQLite store: the shared methods over [`SqliteBackend`].
+pub type SqliteStore = SqlStore<SqliteBackend>;
+
+/// What SQLite has of its own: one writing connection, a pool of readers, the lease holders it
+/// wrote and the checkpointer's state.
+pub struct SqliteBackend {
     /// The one writing connection, outside any pool: a pool pings a connection on its worker
     /// thread each time it is given back, one more round trip after every write.
-    writer: tokio::sync::Mutex<SqliteConnection>,
-    readers: SqlitePool,
+    writer: Mutex<SqliteConnection>,
+    pub(super) readers: SqlitePool,
     /// For the checkpointer's own connection.
     options: SqliteConnectOptions,
     log: LogState,
     holders: Holders,
-    schema: super::migrate::Schema,
 }
 
 /// The lease holder of each running run, as this store last wrote it. One instance serves a
@@ -105,7 +112,7 @@ const WRITER_CHECKPOINT_PAGES: u32 = 10_000;
 /// once.
 const CHECKPOINT_DELAY: Duration = Duration::from_millis(25);
 
-/// Columns of an appended event, in the order `insert_events` binds them.
+/// Columns of an appended event, in the order `append_events` binds them.
 const EVENT_COLUMNS: &str = "INSERT INTO response_events (response_id, sequence_number, tenant_id, event_type, data, created_at) ";
 
 /// The serving instance's claim on a database file: an exclusive lock on `<file>-lock`, held
@@ -132,21 +139,22 @@ impl InstanceLock {
             .write(true)
             .open(&path)
             .map_err(|e| {
-                StoreError::Unavailable(format!("cannot open {}: {e}", Path::new(&path).display()))
+                let message = format!("cannot open {}: {e}", Path::new(&path).display());
+                StoreError::Unavailable(Cause::of(e).saying(message))
             })?;
         match file.try_lock() {
             Ok(()) => Ok(Some(InstanceLock { _file: file })),
-            Err(TryLockError::WouldBlock) => Err(StoreError::Rejected(format!(
+            Err(TryLockError::WouldBlock) => Err(StoreError::rejected(format!(
                 "the SQLite database {} is in use by another switchyard instance (it holds {}); \
                  one instance serves an SQLite file: stop the other one, or use PostgreSQL to \
                  run several",
                 database.display(),
                 Path::new(&path).display()
             ))),
-            Err(TryLockError::Error(e)) => Err(StoreError::Unavailable(format!(
-                "cannot lock {}: {e}",
-                Path::new(&path).display()
-            ))),
+            Err(TryLockError::Error(e)) => {
+                let message = format!("cannot lock {}: {e}", Path::new(&path).display());
+                Err(StoreError::Unavailable(Cause::of(e).saying(message)))
+            }
         }
     }
 }
@@ -173,15 +181,18 @@ fn event_row<'args>(
 }
 
 fn options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
-    SqliteConnectOptions::from_str(url)
-        .map_err(|e| StoreError::Rejected(format!("invalid SQLite URL {url:?}: {e}")))
+    SqliteConnectOptions::from_str(url).map_err(|e| {
+        let message = format!("invalid SQLite URL {url:?}: {e}");
+        StoreError::Rejected(Cause::of(e).saying(message))
+    })
 }
 
 fn create_folder(database: &Path) -> Result<(), StoreError> {
     match database.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => {
             std::fs::create_dir_all(parent).map_err(|e| {
-                StoreError::Unavailable(format!("cannot create {}: {e}", parent.display()))
+                let message = format!("cannot create {}: {e}", parent.display());
+                StoreError::Unavailable(Cause::of(e).saying(message))
             })
         }
         _ => Ok(()),
@@ -189,8 +200,6 @@ fn create_folder(database: &Path) -> Result<(), StoreError> {
 }
 
 impl SqliteStore {
-    const MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
-
     pub async fn connect(url: &str, max_connections: u32) -> Result<SqliteStore, StoreError> {
         let options = options(url)?
             .create_if_missing(true)
@@ -206,12 +215,12 @@ impl SqliteStore {
             .connect()
             .await?;
         let read_compat = async |conn: &mut SqliteConnection| {
-            sqlx::query_as(super::migrate::SCHEMA_COMPAT)
+            sqlx::query_as(migrate::SCHEMA_COMPAT)
                 .fetch_all(conn)
                 .await
                 .ok()
         };
-        let schema = super::migrate::apply(Self::MIGRATOR, &mut writer, read_compat).await?;
+        let schema = migrate::apply(SqliteBackend::MIGRATOR, &mut writer, read_compat).await?;
         // Each statement is a round trip to the connection's worker thread; the pool's check
         // before handing a connection out would add one more, and an in-process connection
         // cannot go stale.
@@ -220,22 +229,18 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.clone().read_only(true))
             .await?;
-        Ok(SqliteStore {
-            writer: tokio::sync::Mutex::new(writer),
+        let backend = SqliteBackend {
+            writer: Mutex::new(writer),
             readers,
             options,
             log: LogState::default(),
             holders: Holders::default(),
-            schema,
-        })
+        };
+        Ok(SqlStore::new(backend, schema))
     }
+}
 
-    /// The writing connection, waited for (one write at a time).
-    async fn writes(&self) -> tokio::sync::MutexGuard<'_, SqliteConnection> {
-        self.log.written.notify_one();
-        self.writer.lock().await
-    }
-
+impl SqliteBackend {
     /// Inserts runs with their input items and first events, several rows per statement.
     async fn insert_runs(conn: &mut SqliteConnection, runs: &[&NewRun]) -> Result<(), StoreError> {
         // Eleven columns a row: chunks stay under SQLite's parameter limit.
@@ -282,7 +287,7 @@ impl SqliteStore {
             .iter()
             .flat_map(|run| run.initial_events.iter().cloned())
             .collect();
-        Self::insert_events(conn, &first).await
+        Self::append_events(conn, &first).await
     }
 
     /// Inserts input items, several rows per statement.
@@ -310,41 +315,6 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Indexes output items (see [`sql::indexed_items`]); those indexed before are skipped.
-    async fn insert_output_items(
-        conn: &mut SqliteConnection,
-        items: &[sql::IndexedItem<'_>],
-    ) -> Result<(), StoreError> {
-        for chunk in items.chunks(INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO output_items (response_id, item_id, tenant_id, call_id, item) ",
-            );
-            insert.push_values(chunk, |mut row, indexed| {
-                row.push_bind(indexed.response_id)
-                    .push_bind(indexed.item_id)
-                    .push_bind(indexed.tenant_id)
-                    .push_bind(indexed.call_id)
-                    .push_bind(indexed.item.as_str());
-            });
-            insert.push(" ON CONFLICT DO NOTHING");
-            insert.build().execute(&mut *conn).await?;
-        }
-        Ok(())
-    }
-
-    /// Appends events, several rows per statement (in chunks under the parameter limit).
-    async fn insert_events(
-        conn: &mut SqliteConnection,
-        events: &[EventRecord],
-    ) -> Result<(), StoreError> {
-        for chunk in events.chunks(INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new(EVENT_COLUMNS);
-            insert.push_values(chunk, event_row);
-            insert.build().execute(&mut *conn).await?;
-        }
-        Ok(())
-    }
-
     /// Appends the events of runs `holder` holds (only a running run has a lease holder) and
     /// returns the runs whose events it does not. Runs this store does not know as `holder`'s
     /// (see `Holders`; runs `inserted_here` by the same transaction are) are looked up first,
@@ -363,7 +333,7 @@ impl SqliteStore {
             .filter(|id| !inserted_here.contains(id) && !self.holders.holds(id, holder))
             .collect();
         if unknown.is_empty() {
-            Self::insert_events(conn, events).await?;
+            Self::append_events(conn, events).await?;
             return Ok(HashMap::new());
         }
         unknown.sort_unstable();
@@ -384,68 +354,11 @@ impl SqliteStore {
             !unknown.contains(&&*e.response_id) || held.iter().any(|id| *id == *e.response_id)
         });
         let mine: Vec<EventRecord> = mine.into_iter().cloned().collect();
-        Self::insert_events(conn, &mine).await?;
+        Self::append_events(conn, &mine).await?;
         Ok(lost
             .into_iter()
             .map(|e| (e.response_id.clone(), Loss::NotHeld))
             .collect())
-    }
-
-    /// A transition's compare-and-set on `conn`. The outer error is the database's; the
-    /// inner one says why the change did not apply: `NotFound`, or `Conflict` with the
-    /// run's state.
-    async fn compare_and_set(
-        conn: &mut SqliteConnection,
-        change: &Change<'_>,
-    ) -> Result<Result<(), StoreError>, StoreError> {
-        let t = change.transition;
-        let (holder, until) = match t.lease() {
-            LeaseAfter::Caller => (Some(change.caller), Some(change.lease_until)),
-            LeaseAfter::Nobody => (None, None),
-        };
-        let body = change.body.map(sql::to_json).transpose()?;
-        let transcript = change.transcript.map(|t| sql::to_json(&t)).transpose()?;
-        let updated = sqlx::query(sql::COMPARE_AND_SET)
-            .bind(t.to().as_str())
-            .bind(body)
-            .bind(transcript)
-            .bind(change.now)
-            .bind(holder)
-            .bind(until)
-            .bind(change.expires_at)
-            .bind(t.to().is_final().then_some(change.now))
-            .bind(change.id)
-            .bind(t.from().as_str())
-            .bind(sql::guard_name(t.guard()))
-            .bind(change.caller)
-            .bind(change.now)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        if updated == 1 {
-            return Ok(Ok(()));
-        }
-        let state: Option<String> = sqlx::query_scalar(sql::STATE_OF)
-            .bind(change.id)
-            .fetch_optional(&mut *conn)
-            .await?;
-        Ok(Err(match state {
-            None => StoreError::NotFound,
-            Some(state) => StoreError::Conflict {
-                actual: sql::parse_state(&state)?,
-            },
-        }))
-    }
-
-    async fn last_sequence(
-        conn: &mut SqliteConnection,
-        id: &str,
-    ) -> Result<Option<u64>, StoreError> {
-        let last: Option<i64> = sqlx::query_scalar(sql::LAST_SEQUENCE_NUMBER)
-            .bind(id)
-            .fetch_one(&mut *conn)
-            .await?;
-        Ok(sql::sequence(last))
     }
 
     /// Copies the log into the database on a connection of its own, until `stop`.
@@ -501,12 +414,12 @@ impl SqliteStore {
 }
 
 #[async_trait]
-impl Commit for SqliteStore {
+impl Commit for SqliteBackend {
     /// The batch as a transaction: new runs, events (fenced), then the endings'
     /// compare-and-sets one by one, each with its closing events. Each statement is a round
     /// trip to the connection's worker thread, not over a network.
     async fn commit(&self, batch: &WriteBatch<'_>) -> Result<BatchOutcome, StoreError> {
-        let mut conn = self.writes().await;
+        let mut conn = self.writer().await?;
         self.before_write(&mut conn).await?;
         let mut outcome = BatchOutcome::default();
         // Only events, the most common batch: one statement is atomic without a transaction,
@@ -526,7 +439,7 @@ impl Commit for SqliteStore {
         // The closing events of the endings that applied, in one statement after them, and
         // their output to index.
         let mut closing: Vec<EventRecord> = Vec::new();
-        let mut indexed: Vec<sql::IndexedItem> = Vec::new();
+        let mut indexed: Vec<IndexedItem> = Vec::new();
         for ending in &batch.endings {
             let change = Change {
                 body: Some(&ending.body),
@@ -535,7 +448,7 @@ impl Commit for SqliteStore {
                 now: ending.now,
                 ..Change::new(&ending.id, ending.transition, batch.holder)
             };
-            let result = Self::compare_and_set(&mut tx, &change).await?;
+            let result = shared::compare_and_set::<Self>(&mut tx, &change).await?;
             if result.is_ok() {
                 closing.extend(ending.events.iter().cloned());
                 indexed.extend(sql::indexed_items(
@@ -547,8 +460,8 @@ impl Commit for SqliteStore {
             }
             outcome.endings.push(result);
         }
-        Self::insert_events(&mut tx, &closing).await?;
-        Self::insert_output_items(&mut tx, &indexed).await?;
+        Self::append_events(&mut tx, &closing).await?;
+        Self::index_output(&mut tx, &indexed).await?;
         tx.commit().await?;
         for run in &batch.runs {
             let holder = run.lease.as_ref().map(|l| l.holder.as_str());
@@ -563,211 +476,116 @@ impl Commit for SqliteStore {
     }
 }
 
-#[async_trait]
-impl RunStore for SqliteStore {
-    fn backend(&self) -> Backend {
-        Backend::Sqlite
+impl Affected for SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl StoreBackend for SqliteBackend {
+    type Db = Sqlite;
+    type Writer<'a> = MutexGuard<'a, SqliteConnection>;
+
+    const KIND: Backend = Backend::Sqlite;
+    const MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+    /// One process owns the file: claiming needs no row locks.
+    const CLAIM_QUEUED: &'static str = concat!(
+        "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
+         updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
+         ORDER BY created_at LIMIT $6) AND state = $5 AND lease_owner IS NULL RETURNING ",
+        sql::run_columns!()
+    );
+
+    fn readers(&self) -> &SqlitePool {
+        &self.readers
     }
 
-    fn schema(&self) -> &super::migrate::Schema {
-        &self.schema
+    /// The writing connection, waited for (one write at a time).
+    async fn writer(&self) -> Result<MutexGuard<'_, SqliteConnection>, StoreError> {
+        self.log.written.notify_one();
+        Ok(self.writer.lock().await)
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        let applied: i64 = sqlx::query_scalar(sql::APPLIED_MIGRATIONS)
-            .fetch_one(&self.readers)
-            .await?;
-        let expected = Self::MIGRATOR.iter().count() as i64;
-        if applied < expected {
-            return Err(StoreError::Unavailable(format!(
-                "{applied} of {expected} migrations applied"
-            )));
+    async fn insert_run(conn: &mut SqliteConnection, run: &NewRun) -> Result<(), StoreError> {
+        Self::insert_runs(conn, &[run]).await
+    }
+
+    async fn append_input(
+        conn: &mut SqliteConnection,
+        id: &str,
+        tenant_id: &str,
+        first: i64,
+        items: &[Item],
+    ) -> Result<(), StoreError> {
+        let rows: Vec<InputRow> = (first..)
+            .zip(items)
+            .map(|(position, item)| InputRow {
+                response_id: id,
+                tenant_id,
+                position,
+                item,
+            })
+            .collect();
+        Self::insert_items(conn, &rows).await
+    }
+
+    /// Several rows per statement (in chunks under the parameter limit).
+    async fn index_output(
+        conn: &mut SqliteConnection,
+        items: &[IndexedItem<'_>],
+    ) -> Result<(), StoreError> {
+        for chunk in items.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO output_items (response_id, item_id, tenant_id, call_id, item) ",
+            );
+            insert.push_values(chunk, |mut row, indexed| {
+                row.push_bind(indexed.response_id)
+                    .push_bind(indexed.item_id)
+                    .push_bind(indexed.tenant_id)
+                    .push_bind(indexed.call_id)
+                    .push_bind(indexed.item.as_str());
+            });
+            insert.push(" ON CONFLICT DO NOTHING");
+            insert.build().execute(&mut *conn).await?;
         }
         Ok(())
     }
 
-    async fn insert_run(&self, run: &NewRun) -> Result<(), StoreError> {
-        let mut conn = self.writes().await;
-        let mut tx = conn.begin().await?;
-        if let Some(idempotency) = &run.idempotency {
-            let recorded = sqlx::query(sql::INSERT_IDEMPOTENCY_KEY)
-                .bind(&run.tenant_id)
-                .bind(&idempotency.key)
-                .bind(&idempotency.request_hash)
-                .bind(&run.body.id)
-                .bind(run.now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if recorded == 0 {
-                return Err(StoreError::KeyTaken);
-            }
+    /// Several rows per statement (in chunks under the parameter limit).
+    async fn append_events(
+        conn: &mut SqliteConnection,
+        events: &[EventRecord],
+    ) -> Result<(), StoreError> {
+        for chunk in events.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(EVENT_COLUMNS);
+            insert.push_values(chunk, event_row);
+            insert.build().execute(&mut *conn).await?;
         }
-        Self::insert_runs(&mut tx, &[run]).await?;
-        tx.commit().await?;
-        let holder = run.lease.as_ref().map(|l| l.holder.as_str());
-        self.holders.set(&run.body.id, holder);
         Ok(())
     }
 
-    async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, StoreError> {
-        findable(id)?;
-        let row: Option<RunRow> = sqlx::query_as(sql::GET_RUN)
-            .bind(tenant_id)
-            .bind(id)
-            .fetch_optional(&self.readers)
-            .await?;
-        row.ok_or(StoreError::NotFound)?.try_into()
-    }
-
-    async fn count_unfinished(&self) -> Result<Vec<(super::RunState, u64)>, StoreError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::COUNT_UNFINISHED)
-            .fetch_all(&self.readers)
-            .await?;
-        sql::unfinished_counts(rows)
-    }
-
-    async fn state_of(&self, id: &str) -> Result<Option<super::RunState>, StoreError> {
-        if findable(id).is_err() {
-            return Ok(None);
-        }
-        let state: Option<String> = sqlx::query_scalar(sql::STATE_OF)
-            .bind(id)
-            .fetch_optional(&self.readers)
-            .await?;
-        state.map(|s| sql::parse_state(&s)).transpose()
-    }
-
-    async fn transition(&self, change: &Change<'_>) -> Result<Applied, StoreError> {
-        findable(change.id)?;
-        let mut conn = self.writes().await;
-        let mut tx = conn.begin().await?;
-        // The UPDATE comes first, so the transaction holds the write lock from the start.
-        Self::compare_and_set(&mut tx, change).await??;
-        if !change.append_input.is_empty() {
-            let (tenant_id, next): (String, i64) = sqlx::query_as(sql::NEXT_INPUT_POSITION)
-                .bind(change.id)
-                .fetch_one(&mut *tx)
-                .await?;
-            let items: Vec<InputRow> = (next..)
-                .zip(change.append_input)
-                .map(|(position, item)| InputRow {
-                    response_id: change.id,
-                    tenant_id: &tenant_id,
-                    position,
-                    item,
-                })
-                .collect();
-            Self::insert_items(&mut tx, &items).await?;
-        }
-        if let Some(body) = change.body {
-            let tenant_id: String = sqlx::query_scalar(sql::TENANT_OF)
-                .bind(change.id)
-                .fetch_one(&mut *tx)
-                .await?;
-            let indexed = sql::indexed_items(change.id, &tenant_id, body, change.transition.to())?;
-            Self::insert_output_items(&mut tx, &indexed).await?;
-        }
-        let next = Self::last_sequence(&mut tx, change.id)
-            .await?
-            .map_or(0, |n| n + 1);
-        let closing = change
-            .closing
-            .map(|render| render(next))
-            .unwrap_or_default();
-        Self::insert_events(&mut tx, &closing).await?;
-        tx.commit().await?;
-        let holder = match change.transition.lease() {
-            LeaseAfter::Caller => Some(change.caller),
-            LeaseAfter::Nobody => None,
-        };
-        self.holders.set(change.id, holder);
-        Ok(Applied {
-            next_sequence: next + closing.len() as u64,
-        })
-    }
-
-    async fn write_batch(&self, batch: &WriteBatch<'_>) -> BatchOutcome {
-        batch::write(self, batch).await
-    }
-
-    async fn claim_queued(
-        &self,
-        lease: &Lease,
-        now: UnixMillis,
-        limit: u32,
-    ) -> Result<Vec<StoredRun>, StoreError> {
-        // One process owns the file: claiming needs no row locks.
-        let t = Transition::CLAIM;
-        let rows = sqlx::query_as(concat!(
-            "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
-             updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
-             ORDER BY created_at LIMIT $6) AND state = $5 AND lease_owner IS NULL RETURNING ",
-            sql::run_columns!()
-        ))
-        .bind(t.to().as_str())
-        .bind(&lease.holder)
-        .bind(lease.until)
-        .bind(now)
-        .bind(t.from().as_str())
-        .bind(i64::from(limit));
-        // The cache changes before the writing connection is let go (see `Holders`).
-        let mut conn = self.writes().await;
-        let rows: Vec<RunRow> = rows.fetch_all(&mut *conn).await?;
-        let runs = sql::runs(rows)?;
-        for run in &runs {
-            self.holders.set(&run.body.id, Some(&lease.holder));
-        }
-        Ok(runs)
-    }
-
-    async fn claim_stale(
-        &self,
-        id: &str,
-        lease: &Lease,
-        now: UnixMillis,
-    ) -> Result<Option<StoredRun>, StoreError> {
-        findable(id)?;
-        let row = sqlx::query_as(sql::CLAIM_STALE)
-            .bind(&lease.holder)
-            .bind(lease.until)
-            .bind(id)
-            .bind(Transition::TAKE_OVER.from().as_str())
-            .bind(now);
-        let mut conn = self.writes().await;
-        let row: Option<RunRow> = row.fetch_optional(&mut *conn).await?;
-        if row.is_some() {
-            self.holders.set(id, Some(&lease.holder));
-        }
-        row.map(TryInto::try_into).transpose()
-    }
-
-    async fn checkpoint(
-        &self,
-        id: &str,
-        holder: &str,
-        body: &ResponseObject,
-        transcript: &[Entry],
-        now: UnixMillis,
-    ) -> Result<Saved, StoreError> {
-        let (body, transcript) = (sql::to_json(body)?, sql::to_json(&transcript)?);
-        let saved: Option<Option<UnixMillis>> = sqlx::query_scalar(sql::CHECKPOINT)
-            .bind(body)
-            .bind(transcript)
-            .bind(now)
-            .bind(id)
-            .bind(holder)
-            .fetch_optional(&mut *self.writes().await)
-            .await?;
-        match saved {
-            Some(cancel) => Ok(Saved {
-                cancel_requested: cancel.is_some(),
-            }),
-            None => {
-                let actual = self.state_of(id).await?.ok_or(StoreError::NotFound)?;
-                Err(StoreError::Conflict { actual })
+    async fn delete_rows_of(conn: &mut SqliteConnection, ids: &[String]) -> Result<(), StoreError> {
+        for statement in [
+            "DELETE FROM response_events WHERE response_id IN (",
+            "DELETE FROM input_items WHERE response_id IN (",
+            "DELETE FROM output_items WHERE response_id IN (",
+        ] {
+            let mut delete = QueryBuilder::<Sqlite>::new(statement);
+            let mut list = delete.separated(", ");
+            for id in ids {
+                list.push_bind(id);
             }
+            delete.push(")").build().execute(&mut *conn).await?;
         }
+        Ok(())
+    }
+
+    fn leased(&self, id: &str, holder: Option<&str>) {
+        self.holders.set(id, holder);
+    }
+
+    fn released(&self, holder: &str) {
+        self.holders.release_all(holder);
     }
 
     async fn renew_leases(
@@ -776,9 +594,6 @@ impl RunStore for SqliteStore {
         ids: &[&str],
         until: UnixMillis,
     ) -> Result<Vec<String>, StoreError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
         let ids = sql::to_json(&ids)?;
         let renewed: Vec<(String, Option<UnixMillis>)> = sqlx::query_as(
             "UPDATE responses SET lease_expires_at = $1 WHERE lease_owner = $2 \
@@ -787,107 +602,34 @@ impl RunStore for SqliteStore {
         .bind(until)
         .bind(holder)
         .bind(ids)
-        .fetch_all(&mut *self.writes().await)
+        .fetch_all(&mut *self.writer().await?)
         .await?;
         Ok(sql::cancel_requested(renewed))
     }
 
-    async fn release_leases(&self, holder: &str) -> Result<u64, StoreError> {
-        let mut conn = self.writes().await;
-        let released = sqlx::query(sql::RELEASE_LEASES)
-            .bind(holder)
-            .bind(Transition::HAND_OVER.from().as_str())
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        self.holders.release_all(holder);
-        Ok(released)
-    }
-
+    /// Marks the run; its holder finds the mark at its next lease renewal or checkpoint.
     async fn request_cancel(
         &self,
         tenant_id: &str,
         id: &str,
         now: UnixMillis,
     ) -> Result<bool, StoreError> {
-        findable(id)?;
         let marked = sqlx::query(sql::REQUEST_CANCEL)
             .bind(now)
             .bind(tenant_id)
             .bind(id)
-            .execute(&mut *self.writes().await)
+            .execute(&mut *self.writer().await?)
             .await?
             .rows_affected();
         Ok(marked == 1)
     }
 
-    async fn expired_runs(&self, now: UnixMillis) -> Result<Vec<StoredRun>, StoreError> {
-        let rows: Vec<RunRow> = sqlx::query_as(sql::EXPIRED_RUNS)
-            .bind(now)
-            .fetch_all(&self.readers)
-            .await?;
-        sql::runs(rows)
-    }
-
-    async fn stale_runs(&self, now: UnixMillis) -> Result<Vec<StoredRun>, StoreError> {
-        let rows: Vec<RunRow> = sqlx::query_as(sql::STALE_RUNS)
-            .bind(now)
-            .fetch_all(&self.readers)
-            .await?;
-        sql::runs(rows)
-    }
-
-    async fn events_after(
-        &self,
-        id: &str,
-        after: Option<u64>,
-        limit: u32,
-    ) -> Result<Vec<EventRecord>, StoreError> {
-        if findable(id).is_err() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<sql::EventRow> = sqlx::query_as(sql::EVENTS_AFTER)
-            .bind(id)
-            .bind(after.map_or(-1, |n| n as i64))
-            .bind(i64::from(limit))
-            .fetch_all(&self.readers)
-            .await?;
-        Ok(sql::events(rows))
-    }
-
-    async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError> {
-        if findable(id).is_err() {
-            return Ok(None);
-        }
-        let last: Option<i64> = sqlx::query_scalar(sql::LAST_SEQUENCE_NUMBER)
-            .bind(id)
-            .fetch_one(&self.readers)
-            .await?;
-        Ok(sql::sequence(last))
-    }
-
-    async fn input_items(&self, tenant_id: &str, id: &str) -> Result<Vec<Item>, StoreError> {
-        if findable(id).is_err() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<ItemRow> = sqlx::query_as(sql::INPUT_ITEMS)
-            .bind(tenant_id)
-            .bind(id)
-            .fetch_all(&self.readers)
-            .await?;
-        sql::items(rows)
-    }
-
+    /// A statement per chunk of ids, each id bound once per list (under the parameter limit).
     async fn find_items(
         &self,
         tenant_id: &str,
         ids: &[&str],
-    ) -> Result<Vec<super::FoundItem>, StoreError> {
-        let ids: Vec<&str> = ids
-            .iter()
-            .copied()
-            .filter(|id| findable(id).is_ok())
-            .collect();
+    ) -> Result<Vec<FoundItem>, StoreError> {
         let mut found = Vec::new();
         for chunk in ids.chunks(INSERT_CHUNK) {
             let mut query = QueryBuilder::<Sqlite>::new(
@@ -920,224 +662,6 @@ impl RunStore for SqliteStore {
         Ok(found)
     }
 
-    async fn list_input_items(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        limit: u32,
-        order: Order,
-        after: Option<&str>,
-    ) -> Result<(Vec<Item>, bool), StoreError> {
-        findable(id)?;
-        let position: Option<i64> = match after {
-            None => None,
-            Some(item_id) => {
-                findable(item_id)?;
-                Some(
-                    sqlx::query_scalar(sql::INPUT_ITEM_POSITION)
-                        .bind(tenant_id)
-                        .bind(id)
-                        .bind(item_id)
-                        .fetch_optional(&self.readers)
-                        .await?
-                        .ok_or(StoreError::NotFound)?,
-                )
-            }
-        };
-        let (query, from) = sql::page(order);
-        let rows: Vec<ItemRow> = sqlx::query_as(query)
-            .bind(tenant_id)
-            .bind(id)
-            .bind(position.unwrap_or(from))
-            .bind(i64::from(limit) + 1)
-            .fetch_all(&self.readers)
-            .await?;
-        sql::page_of(rows, limit)
-    }
-
-    async fn create_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
-        let mut conn = self.writes().await;
-        let mut tx = conn.begin().await?;
-        sqlx::query(sql::INSERT_TENANT)
-            .bind(&key.tenant_id)
-            .bind(key.created_at)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(sql::INSERT_KEY)
-            .bind(&key.id)
-            .bind(&key.tenant_id)
-            .bind(&key.name)
-            .bind(&key.hash)
-            .bind(&key.prefix)
-            .bind(&key.policy)
-            .bind(key.created_at)
-            .bind(key.revoked_at)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        let row: Option<sql::KeyRow> = sqlx::query_as(sql::KEY_BY_HASH)
-            .bind(hash)
-            .fetch_optional(&self.readers)
-            .await?;
-        Ok(row.map(Into::into))
-    }
-
-    async fn key_by_id(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        if findable(id).is_err() {
-            return Ok(None);
-        }
-        let row: Option<sql::KeyRow> = sqlx::query_as(sql::KEY_BY_ID)
-            .bind(id)
-            .fetch_optional(&self.readers)
-            .await?;
-        Ok(row.map(Into::into))
-    }
-
-    async fn list_keys(&self, tenant_id: Option<&str>) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        let rows: Vec<sql::KeyRow> = sqlx::query_as(sql::LIST_KEYS)
-            .bind(tenant_id)
-            .fetch_all(&self.readers)
-            .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn revoke_key(&self, id: &str, now: UnixMillis) -> Result<bool, StoreError> {
-        if findable(id).is_err() {
-            return Ok(false);
-        }
-        let revoked = sqlx::query(sql::REVOKE_KEY)
-            .bind(now)
-            .bind(id)
-            .execute(&mut *self.writes().await)
-            .await?
-            .rows_affected();
-        Ok(revoked == 1)
-    }
-
-    async fn add_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.writes().await;
-        let mut tx = conn.begin().await?;
-        for row in rows {
-            sqlx::query(sql::ADD_USAGE)
-                .bind(&row.tenant_id)
-                .bind(&row.key_id)
-                .bind(&row.model)
-                .bind(&row.day)
-                .bind(row.runs)
-                .bind(row.input_tokens)
-                .bind(row.cached_tokens)
-                .bind(row.output_tokens)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn usage(&self, tenant_id: Option<&str>) -> Result<Vec<UsageRow>, StoreError> {
-        let rows: Vec<sql::UsageDbRow> = sqlx::query_as(sql::USAGE)
-            .bind(tenant_id)
-            .fetch_all(&self.readers)
-            .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn delete_run(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
-        findable(id)?;
-        let mut conn = self.writes().await;
-        let mut tx = conn.begin().await?;
-        let deleted = sqlx::query(sql::DELETE_RUN)
-            .bind(tenant_id)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if deleted == 0 {
-            return Err(StoreError::NotFound);
-        }
-        for statement in sql::DELETE_WITH_RUN {
-            sqlx::query(statement).bind(id).execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        self.holders.set(id, None);
-        Ok(())
-    }
-
-    async fn find_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-    ) -> Result<Option<IdempotentRequest>, StoreError> {
-        if findable(key).is_err() {
-            return Ok(None);
-        }
-        let row: Option<sql::IdempotencyRow> = sqlx::query_as(sql::FIND_IDEMPOTENT)
-            .bind(tenant_id)
-            .bind(key)
-            .fetch_optional(&self.readers)
-            .await?;
-        Ok(row.map(Into::into))
-    }
-
-    async fn prune(
-        &self,
-        runs_before: UnixMillis,
-        keys_before: UnixMillis,
-    ) -> Result<(u64, u64), StoreError> {
-        // A transaction per batch, so the writer's other work goes on between them however
-        // many runs are due.
-        let mut runs = 0;
-        loop {
-            let mut conn = self.writes().await;
-            let mut tx = conn.begin().await?;
-            let ids: Vec<String> = sqlx::query_scalar(sql::prune_runs!())
-                .bind(runs_before)
-                .bind(sql::PRUNE_BATCH)
-                .fetch_all(&mut *tx)
-                .await?;
-            if !ids.is_empty() {
-                for statement in [
-                    "DELETE FROM response_events WHERE response_id IN (",
-                    "DELETE FROM input_items WHERE response_id IN (",
-                    "DELETE FROM output_items WHERE response_id IN (",
-                ] {
-                    let mut delete = QueryBuilder::<Sqlite>::new(statement);
-                    let mut list = delete.separated(", ");
-                    for id in &ids {
-                        list.push_bind(id);
-                    }
-                    delete.push(")").build().execute(&mut *tx).await?;
-                }
-            }
-            tx.commit().await?;
-            runs += ids.len() as u64;
-            if (ids.len() as i64) < sql::PRUNE_BATCH {
-                break;
-            }
-        }
-        let mut keys = 0;
-        loop {
-            let deleted = sqlx::query(sql::PRUNE_KEYS)
-                .bind(keys_before)
-                .bind(sql::PRUNE_BATCH)
-                .execute(&mut *self.writes().await)
-                .await?
-                .rows_affected();
-            keys += deleted;
-            if (deleted as i64) < sql::PRUNE_BATCH {
-                break;
-            }
-        }
-        Ok((runs, keys))
-    }
-
     async fn notifications(&self) -> Result<Option<NotificationStream>, StoreError> {
         // One process: its own hub already knows everything.
         Ok(None)
@@ -1154,7 +678,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::store::{EventRecord, RunState, RunStore, WriteBatch};
+    use crate::store::{Lease, RunState, RunStore, WriteBatch};
 
     #[tokio::test]
     async fn pruning_finds_old_runs_through_an_index_without_reading_every_stopped_run() {
@@ -1167,7 +691,7 @@ mod tests {
         let steps: Vec<String> = sqlx::query(concat!("EXPLAIN QUERY PLAN ", sql::prune_runs!()))
             .bind(0i64)
             .bind(1i64)
-            .fetch_all(&store.readers)
+            .fetch_all(&store.backend.readers)
             .await
             .unwrap()
             .iter()
