@@ -1,12 +1,9 @@
 //! What an operator sees of a running instance: request ids and the access log, readiness
 //! during shutdown, and the metrics. Through the real binary and its logs.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use fake_llm::{FakeLlm, Turn};
 use serde_json::json;
 

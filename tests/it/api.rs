@@ -1,9 +1,6 @@
 //! The Responses API over HTTP against the real router, on SQLite, with a scripted fake LLM.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 

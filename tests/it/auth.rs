@@ -1,14 +1,11 @@
 //! API keys and tenants: a request needs a valid key; a tenant sees only its own responses,
 //! everywhere one response can be named; a key's policy (models, tool servers and tools,
 //! request rate, concurrent runs) holds; usage is recorded per key.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use switchyard::auth::{self, KeyPolicy};

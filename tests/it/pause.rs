@@ -1,13 +1,10 @@
 //! The persisted pause: definition-only calls park the run in `requires_action`; it resumes
 //! exactly once from the database — after `submit_tool_outputs`, or a continuation — also
 //! after a restart; it expires, and it can be cancelled.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 fn weather_tool() -> Value {

@@ -10,9 +10,6 @@
 //! `FAULTS_SEED=N` replays the same random choices (timing still varies).
 //! `TEST_BINARY_LOGS=1` shows the logs of the spawned processes. The sizes of the
 //! stalled-reader and race tests can be changed with `FAULTS_STALL_*` and `FAULTS_RACE_*`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -20,7 +17,7 @@ use std::process::{Child, ExitStatus};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::support::*;
 use fake_llm::FakeLlm;
 use futures_util::StreamExt;
 use serde_json::{Value, json};

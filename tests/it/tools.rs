@@ -1,8 +1,5 @@
 //! Server tools end to end: the registry, the concurrent executor, what the stream shows and
 //! what the model is sent back.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use axum::Json;
 use axum::routing::post;
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 use switchyard::config::{Config, HttpToolConfig, ToolErrorPolicy, ToolServerConfig};
 use switchyard::tools::{ToolContext, ToolHandler, ToolOptions, ToolOutput, ToolResult};

@@ -2,16 +2,13 @@
 //! restarted process (SQLite) takes the run over and completes it — no event lost or
 //! repeated. A tool with side effects that was running is not run again; a read-only one runs
 //! again with its turn.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::routing::post;
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 use switchyard::config::HttpToolConfig;
 use tokio::sync::oneshot;

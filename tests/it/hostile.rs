@@ -2,13 +2,10 @@
 //! slow clients timed out and connections capped, log lines that cannot be forged, secrets kept
 //! out of what is shown, and an upstream that fails retried (before its first byte only),
 //! limited, and replaced by a fallback; a database that cannot be reached a quick 503.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -1,12 +1,9 @@
 //! Two instances on one PostgreSQL database: any of them serves any request. Skipped (with a
 //! note) when `TEST_DATABASE_URL` is not set; CI sets it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 /// Two instances on a fresh database of their own.

@@ -1,7 +1,6 @@
 //! Every configuration error, through the real binary: `check-config` refuses the
 //! configuration with exit code 2 and one line per problem, naming the full key and where it
 //! was set; `serve` refuses the same before it opens the database or listens.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

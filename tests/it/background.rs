@@ -1,12 +1,9 @@
 //! Background runs: queued at once, claimed by a worker from the database, polled, and
 //! reattached to from any point of their event log.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 fn background(input: &str) -> Value {

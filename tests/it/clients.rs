@@ -3,11 +3,8 @@
 //! replayed server items and pauses answered by replay (Vercel AI SDK, OpenAI Agents SDK for
 //! JavaScript, LangChain), Codex's requests, hosted MCP as the Vercel AI SDK declares it,
 //! compaction and the WebSocket transport.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;

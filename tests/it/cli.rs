@@ -1,6 +1,5 @@
 //! The real binary: configuration layering, `check-config`, `migrate`, and `serve` stopping
 //! cleanly on SIGTERM. Each configuration error has its own test in tests/config.rs.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

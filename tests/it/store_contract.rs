@@ -1,8 +1,5 @@
 //! The `RunStore` contract, run against SQLite always and PostgreSQL when `TEST_DATABASE_URL`
 //! is set (CI sets it). Ids are unique per test, so tests share one PostgreSQL database.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -1289,7 +1286,7 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
 #[tokio::test]
 async fn unfinished_runs_are_counted_by_state() {
     // A database of its own: the counts are every run's.
-    for (url, _dir) in common::database_urls().await {
+    for (url, _dir) in crate::support::database_urls().await {
         let store = store::connect(&url, 4).await.unwrap();
         assert_eq!(store.count_unfinished().await.unwrap(), vec![], "{url}");
         let running = ids::new(ids::RESPONSE);

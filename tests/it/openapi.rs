@@ -1,11 +1,8 @@
 //! `GET /openapi.json`: an OpenAPI 3.1 document that names every route the router serves, with
 //! its methods, statuses and schemas, and against which what the service really answers
 //! validates (so a wire type that changes without its schema fails here).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 /// Every route of `api::router` with its methods. A route added there must be added here, and

@@ -1,6 +1,6 @@
 //! Test harness: the real application on 127.0.0.1:0 with a fresh database and a scripted
 //! fake LLM, plus a small SSE client.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,13 +1,10 @@
 //! What survives a restart, a graceful shutdown and a crash: runs are never left
 //! `in_progress`, and stored runs stay readable. On SQLite, and on PostgreSQL when
 //! `TEST_DATABASE_URL` is set.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 use switchyard::engine::emitter::EventEmitter;
 use switchyard::protocol::events::Event;

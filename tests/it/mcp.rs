@@ -5,16 +5,13 @@
 //!
 //! `bash tests/mcp/setup.sh` installs them (CI runs it before the tests); a test that does not
 //! find them fails, saying so. With `TEST_DATABASE_URL` set, the apps run on PostgreSQL.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 use switchyard::config::{ApprovalDefault, Config, McpServerConfig};
 use switchyard::tools::{ToolContext, ToolOutput};

@@ -1,10 +1,7 @@
 //! Properties of the migrated schema that no amount of data should change. On SQLite, and on
 //! PostgreSQL when `TEST_DATABASE_URL` is set.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use sqlx::{Connection, Row};
 use switchyard::store;
 
