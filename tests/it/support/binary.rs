@@ -32,6 +32,9 @@ const INSTANCE: [(&str, &str); 7] = [
     ("RUST_LOG", "info"),
 ];
 
+/// The variable that names the database.
+const DATABASE_URL: &str = "SWITCHYARD__DATABASE__URL";
+
 /// The binary, and what to start it with.
 #[derive(Clone)]
 #[must_use]
@@ -40,7 +43,6 @@ pub struct Binary {
     /// In the order given (a later value of a variable wins).
     env: Vec<(String, OsString)>,
     current_dir: Option<PathBuf>,
-    has_database: bool,
 }
 
 /// What a command printed, and how it exited.
@@ -79,15 +81,13 @@ impl Binary {
             config_file: None,
             env: vec![("OPENAI_API_KEY".into(), "sk-test".into())],
             current_dir: None,
-            has_database: false,
         }
     }
 
     /// On this database (`SWITCHYARD__DATABASE__URL`). Without one, an instance gets a fresh
     /// SQLite file of its own; a command gets none.
-    pub fn database(mut self, url: &str) -> Binary {
-        self.has_database = true;
-        self.env("SWITCHYARD__DATABASE__URL", url)
+    pub fn database(self, url: &str) -> Binary {
+        self.env(DATABASE_URL, url)
     }
 
     /// With `llm` as the default provider.
@@ -145,7 +145,8 @@ impl Binary {
     /// returns it once it listens, with its address and what it logs.
     pub fn spawn(&self) -> Instance {
         let mut binary = self.clone();
-        let database = (!self.has_database).then(Database::sqlite);
+        let given = self.env.iter().any(|(key, _)| key == DATABASE_URL);
+        let database = (!given).then(Database::sqlite);
         if let Some(database) = &database {
             binary = binary.database(&database.url);
         }
@@ -222,21 +223,24 @@ impl Instance {
         let _ = self.child.wait();
     }
 
-    /// Its exit status once it has exited and everything it logged was read, if that happens
-    /// within `within`.
+    /// Its exit status, once it has exited, if it does within `within`; by then its logs hold
+    /// what it logged (its output ends with it, unless a process it started still holds it,
+    /// which is waited for only until `within` has passed).
     pub async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap()
-                && self.logs.ended()
-            {
-                return Some(status);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
             }
             if Instant::now() >= deadline {
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        while !self.logs.ended() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        Some(status)
     }
 }
 
