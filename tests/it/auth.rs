@@ -12,7 +12,7 @@ use switchyard::config::{AuthMode, Config};
 use switchyard::store::RunStore;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::{Database, TestApp, Turn, backends};
+use crate::support::{ConfigFile, Database, TestApp, Turn, backends};
 
 /// Keys mode: every request needs an API key.
 fn keys(config: &mut Config) {
@@ -587,17 +587,13 @@ async fn token_usage_is_recorded_per_tenant_key_and_model() {
 
 #[test]
 fn open_mode_listens_on_loopback_only_unless_the_operator_says_otherwise() {
-    use switchyard::config::Config;
     let load = |host: &str, any: bool| {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("c.toml");
-        std::fs::write(
-            &file,
-            format!("[server]\nhost = \"{host}\"\n[auth]\nmode = \"open\"\nopen_on_any_address = {any}\n"),
-        )
-        .unwrap();
+        let file = ConfigFile::new(&format!(
+            "[server]\nhost = \"{host}\"\n[auth]\nmode = \"open\"\nopen_on_any_address = {any}\n"
+        ));
+        let path = std::path::Path::new(&file.path);
         let config =
-            Config::load_with_env(Some(&file), figment::providers::Env::raw().only(&[])).unwrap();
+            Config::load_with_env(Some(path), figment::providers::Env::raw().only(&[])).unwrap();
         // Only auth's own errors: the default provider has no key in a test's environment.
         let errors = config.validate().errors;
         errors

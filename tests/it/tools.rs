@@ -568,8 +568,8 @@ async fn a_hidden_tool_leaves_no_item_but_the_model_and_the_chain_see_it() {
 #[tokio::test]
 async fn a_duplicate_tool_name_fails_start_up_naming_both_servers() {
     let llm = FakeLlm::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config(&format!("sqlite://{}/s.db", dir.path().display()), &llm);
+    let db = Database::sqlite();
+    let mut config = test_config(&db.url, &llm);
     with_server(
         &mut config,
         "mathserver",
