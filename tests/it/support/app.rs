@@ -33,7 +33,9 @@ pub struct TestApp {
     pub tools: Arc<ToolRegistry>,
     /// The scripted upstream the app's default provider is: `push` turns, read `requests`.
     pub llm: FakeLlm,
+    /// A client for requests of the test's own making.
     pub client: reqwest::Client,
+    /// The database it runs on.
     pub database_url: String,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
@@ -173,6 +175,7 @@ impl TestApp {
         TestApp::builder().start().await
     }
 
+    /// `path` on the app: `http://127.0.0.1:PORT/path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -5,6 +5,8 @@ use serde_json::Value;
 
 use super::sse::{Sse, SseEvent};
 
+/// Whether an event of this name is terminal: `response.completed` (a pause's too),
+/// `response.failed` or `response.incomplete`.
 pub fn is_terminal(event: &str) -> bool {
     matches!(
         event,

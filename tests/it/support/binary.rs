@@ -3,8 +3,9 @@
 //! file), then `.spawn()` for an instance that serves, `.run(args)` for a command run to its
 //! end, or `.start(args)` for one the test waits for itself.
 //!
-//! Only what a test gives reaches the process: none of the caller's `SWITCHYARD*` or
-//! `OPENAI_*` variables. `TEST_BINARY_LOGS=1` shows what the instances log.
+//! Only what a test gives (and a dummy `OPENAI_API_KEY`) reaches the process: none of the
+//! caller's `SWITCHYARD*` or `OPENAI_*` variables. `TEST_BINARY_LOGS=1` shows what the
+//! instances log.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Lines};
@@ -49,7 +50,9 @@ pub struct Binary {
 pub struct Output {
     /// The exit code (-1 when a signal ended it).
     pub code: i32,
+    /// Standard output (lossy UTF-8).
     pub stdout: String,
+    /// Standard error, where the logs of a command go (lossy UTF-8).
     pub stderr: String,
 }
 
@@ -202,6 +205,7 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// `path` on the instance: `http://127.0.0.1:PORT/path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }
@@ -259,6 +263,7 @@ pub struct Logs {
 }
 
 impl Logs {
+    /// The lines so far.
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }

@@ -7,21 +7,27 @@ use serde_json::Value;
 /// One SSE event as received.
 #[derive(Clone, Debug)]
 pub struct SseEvent {
+    /// The `event:` name.
     pub event: String,
+    /// The `id:` (the sequence number, where the service sends one).
     pub id: Option<String>,
+    /// The `data:` JSON.
     pub data: Value,
 }
 
 /// A whole SSE response.
 #[derive(Debug)]
 pub struct Sse {
+    /// The HTTP status.
     pub status: u16,
     pub content_type: String,
+    /// The events, in order (`[DONE]` is not one).
     pub events: Vec<SseEvent>,
     /// Whether `data: [DONE]` arrived.
     pub done: bool,
     /// The comment lines (`: ping`), without the colon.
     pub comments: Vec<String>,
+    /// What arrived, byte for byte.
     pub raw: String,
 }
 
@@ -31,6 +37,7 @@ impl Sse {
         self.events.iter().map(|e| e.event.as_str()).collect()
     }
 
+    /// The last event.
     pub fn last(&self) -> &SseEvent {
         self.events.last().unwrap()
     }
