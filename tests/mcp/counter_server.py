@@ -1,4 +1,4 @@
-"""An MCP server for tests/mcp.rs, written with the official Python SDK (`mcp` from PyPI; its
+"""An MCP server for tests/it/mcp.rs, written with the official Python SDK (`mcp` from PyPI; its
 high-level server, FastMCP, is called MCPServer since mcp 2). It lists its tools two at a time
 (pagination) and keeps what it saw in files under $COUNTER_DIR, so that a test can tell how
 often a tool ran (across restarts), whether a call was cancelled, and which process to kill.

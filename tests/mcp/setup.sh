@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Installs the MCP servers tests/mcp.rs runs against, none of them written by this project:
+# Installs the MCP servers tests/it/mcp.rs runs against, none of them written by this project:
 # the reference server @modelcontextprotocol/server-everything (npm) and the official Python SDK
 # (`mcp` from PyPI, for tests/mcp/counter_server.py). Idempotent and quick once installed.
 #
-# Where: $SWITCHYARD_MCP_CACHE, else ~/.cache/switchyard-mcp (tests/mcp.rs looks in the same
+# Where: $SWITCHYARD_MCP_CACHE, else ~/.cache/switchyard-mcp (tests/it/mcp.rs looks in the same
 # place). Versions are pinned so that a new release cannot change what the tests see.
 set -euo pipefail
 

@@ -3,14 +3,12 @@
 //! replayed server items and pauses answered by replay (Vercel AI SDK, OpenAI Agents SDK for
 //! JavaScript, LangChain), Codex's requests, hosted MCP as the Vercel AI SDK declares it,
 //! compaction and the WebSocket transport.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
+
+use crate::support::{TestApp, Turn};
 
 fn weather() -> Value {
     json!({"type": "function", "name": "get_weather",
@@ -27,7 +25,7 @@ fn messages(app: &TestApp, n: usize) -> Vec<Value> {
 
 #[tokio::test]
 async fn the_response_echoes_sampling_settings_as_numbers_and_function_tools_with_every_key() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("hi"));
     app.llm.push(Turn::text("hi"));
 
@@ -65,7 +63,7 @@ async fn the_response_echoes_sampling_settings_as_numbers_and_function_tools_wit
 
 #[tokio::test]
 async fn assistant_messages_with_a_phase_are_accepted_and_kept() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("four"));
 
     let (status, body) = app
@@ -101,7 +99,7 @@ async fn assistant_messages_with_a_phase_are_accepted_and_kept() {
 
 #[tokio::test]
 async fn item_references_resolve_to_the_items_an_earlier_response_produced() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("Paris is sunny."));
     app.llm.push(Turn::text("Yes."));
     let (_, first) = app
@@ -166,7 +164,7 @@ async fn item_references_resolve_to_the_items_an_earlier_response_produced() {
 
 #[tokio::test]
 async fn a_replayed_server_call_without_its_output_reaches_the_model_with_the_stored_one() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",
@@ -208,7 +206,7 @@ async fn a_replayed_server_call_without_its_output_reaches_the_model_with_the_st
 
 #[tokio::test]
 async fn a_replayed_history_that_answers_a_paused_response_completes_it() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_w",
         "get_weather",
@@ -250,7 +248,7 @@ async fn a_replayed_history_that_answers_a_paused_response_completes_it() {
 
 #[tokio::test]
 async fn an_approval_answered_by_replay_runs_the_call_once_and_completes_the_paused_response() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let tools = json!([{"type": "mcp", "server_label": "builtin", "require_approval": "always"}]);
     app.llm.push(Turn::tool_call(
         "call_1",
@@ -326,7 +324,7 @@ async fn an_approval_answered_by_replay_runs_the_call_once_and_completes_the_pau
 
 #[tokio::test]
 async fn an_approval_denied_by_replay_is_reported_to_the_model_and_not_run() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let tools = json!([{"type": "mcp", "server_label": "builtin", "require_approval": "always"}]);
     app.llm.push(Turn::tool_call(
         "call_1",
@@ -370,7 +368,7 @@ async fn an_approval_denied_by_replay_is_reported_to_the_model_and_not_run() {
 
 #[tokio::test]
 async fn an_approval_answer_to_an_unknown_request_is_refused() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let (status, body) = app
         .post(
             "/v1/responses",
@@ -387,7 +385,7 @@ async fn an_approval_answer_to_an_unknown_request_is_refused() {
 
 #[tokio::test]
 async fn codex_requests_with_client_metadata_namespaces_and_hosted_tools_run() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_x",
         "exec_command",
@@ -448,13 +446,15 @@ async fn codex_requests_with_client_metadata_namespaces_and_hosted_tools_run() {
 
 #[tokio::test]
 async fn a_hosted_tool_type_mapped_to_a_tool_server_runs_there() {
-    let app = spawn_app_with(|config| {
-        config
-            .tools
-            .hosted
-            .insert("web_search".into(), "builtin".into());
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|config| {
+            config
+                .tools
+                .hosted
+                .insert("web_search".into(), "builtin".into());
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",
@@ -481,7 +481,7 @@ async fn a_hosted_tool_type_mapped_to_a_tool_server_runs_there() {
 
 #[tokio::test]
 async fn hosted_mcp_as_the_vercel_ai_sdk_declares_it_is_accepted_and_listed_without_nulls() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("ok"));
     let (status, body) = app
         .post(
@@ -512,7 +512,7 @@ async fn hosted_mcp_as_the_vercel_ai_sdk_declares_it_is_accepted_and_listed_with
 
 #[tokio::test]
 async fn a_turn_that_mixes_a_server_call_and_a_client_call_presents_them_in_call_order() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_calls(&[
         ("call_s", "calculator", r#"{"expression": "1+1"}"#),
         ("call_c", "get_weather", r#"{"city": "Paris"}"#),
@@ -537,7 +537,7 @@ async fn a_turn_that_mixes_a_server_call_and_a_client_call_presents_them_in_call
 
 #[tokio::test]
 async fn compaction_returns_the_user_messages_and_a_summary_that_a_new_response_continues_from() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm
         .push(Turn::text("Launch on Tuesday; notify support first."));
     app.llm.push(Turn::text("Tuesday."));
@@ -630,7 +630,7 @@ async fn turn(socket: &mut Socket, request: Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_websocket_carries_responses_in_turn_and_continues_store_false_ones_on_the_same_socket() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("OK"));
     app.llm.push(Turn::text("cobalt"));
     let mut ws = socket(&app).await;
@@ -682,7 +682,7 @@ async fn a_websocket_carries_responses_in_turn_and_continues_store_false_ones_on
 
 #[tokio::test]
 async fn a_failed_websocket_continuation_forgets_the_response_it_continued() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("OK"));
     let mut ws = socket(&app).await;
     let first = turn(
@@ -713,7 +713,7 @@ async fn a_failed_websocket_continuation_forgets_the_response_it_continued() {
 
 #[tokio::test]
 async fn a_websocket_message_that_is_not_a_create_request_gets_an_error_event() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let mut ws = socket(&app).await;
     let events = turn(&mut ws, json!({"type": "response.cancel"})).await;
     assert_eq!(events[0]["type"], "error");
@@ -731,7 +731,7 @@ async fn a_websocket_message_that_is_not_a_create_request_gets_an_error_event() 
 
 #[tokio::test]
 async fn tools_declared_in_an_additional_tools_input_item_join_the_request_and_survive_a_pause() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm
         .push(Turn::tool_call("call_e", "exec", r#"{"input": "ls -la"}"#));
     app.llm.push(Turn::text("Listed."));

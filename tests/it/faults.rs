@@ -6,25 +6,25 @@
 //! They describe what clients see, through the HTTP API and real processes only. Every log is
 //! checked by one auditor ([`audit_log`]) and against the stored state
 //! ([`assert_state_matches`]). PostgreSQL variants run when `TEST_DATABASE_URL` is set;
-//! `FAULTS_BACKEND=sqlite|postgres` keeps one backend. Randomized tests print their seed;
+//! `TEST_BACKEND=sqlite|postgres` keeps one backend. Randomized tests print their seed;
 //! `FAULTS_SEED=N` replays the same random choices (timing still varies).
 //! `TEST_BINARY_LOGS=1` shows the logs of the spawned processes. The sizes of the
 //! stalled-reader and race tests can be changed with `FAULTS_STALL_*` and `FAULTS_RACE_*`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::process::{Child, ExitStatus};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::*;
-use fake_llm::FakeLlm;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use switchyard::config::Config;
 use tokio::io::AsyncWriteExt;
+
+use crate::support::{
+    Binary, Database, FakeLlm, Instance, Sse, SseEvent, Step, TestApp, Turn, audit_log, backends,
+    describe, http_tool, is_pause, is_terminal, parse_sse, run_sql, serve,
+};
 
 /// How long any request may take to answer, and a stream to end once it should.
 const LIVENESS: Duration = Duration::from_secs(10);
@@ -251,56 +251,6 @@ impl Live {
     }
 }
 
-/// A switchyard process, SIGKILLed when dropped if still running.
-struct Instance {
-    child: Child,
-    api: Api,
-}
-
-impl Instance {
-    fn start(database_url: &str, llm: &FakeLlm, env: &[(&str, &str)]) -> Instance {
-        let (child, address) = spawn_binary_with(database_url, &llm.base_url(), None, env);
-        Instance {
-            child,
-            api: Api::at(&address),
-        }
-    }
-
-    fn terminate(&self) {
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn kill(&mut self) {
-        if self.child.try_wait().unwrap().is_none() {
-            kill(&mut self.child);
-        }
-    }
-
-    /// Its exit status once it exits within `within`.
-    async fn exited(&mut self, within: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// A small deterministic generator (SplitMix64); the seed is printed so a failure repeats
 /// with `FAULTS_SEED`.
 struct Rng(u64);
@@ -333,27 +283,6 @@ impl Rng {
     }
 }
 
-/// The test's databases (SQLite, and PostgreSQL when `TEST_DATABASE_URL` is set);
-/// `FAULTS_BACKEND=sqlite` or `postgres` keeps one.
-async fn databases() -> Vec<(String, Option<tempfile::TempDir>)> {
-    let only = std::env::var("FAULTS_BACKEND").ok();
-    let mut urls = database_urls().await;
-    urls.retain(|(url, _)| only.as_deref().is_none_or(|only| backend(url) == only));
-    urls
-}
-
-fn postgres_only(url: Option<String>) -> Option<String> {
-    if url.is_none() {
-        eprintln!("TEST_DATABASE_URL is not set: skipping this PostgreSQL test");
-    }
-    url.filter(|_| selected("postgres"))
-}
-
-/// Whether `FAULTS_BACKEND` leaves this backend's tests in.
-fn selected(backend: &str) -> bool {
-    std::env::var("FAULTS_BACKEND").map_or(true, |only| only == backend)
-}
-
 /// `count` words, `w0 w1 …`: a text answer of that many deltas.
 fn words(count: usize) -> String {
     (0..count)
@@ -380,24 +309,20 @@ fn backend(url: &str) -> &'static str {
 // ---------------------------------------------------------------------------------------------
 // 1. A cancel through a replica that is not executing the run.
 
-/// Two processes on one fresh PostgreSQL database, with one fake LLM.
-async fn two_instances(llm: &FakeLlm) -> Option<(Instance, Instance)> {
-    let url = postgres_only(fresh_postgres_url().await)?;
-    let a = Instance::start(&url, llm, &[]);
-    let b = Instance::start(&url, llm, &[]);
-    Some((a, b))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_through_another_replica_stops_the_run_where_it_executes_on_postgres() {
     let llm = FakeLlm::start().await.unwrap();
-    let Some((a, b)) = two_instances(&llm).await else {
+    let Some(db) = Database::postgres().await else {
         return;
     };
+    // Two processes on one database, with one fake LLM.
+    let instance = Binary::new().database(&db.url).upstream(&llm);
+    let (a, b) = (instance.spawn(), instance.spawn());
+    let (a_api, b_api) = (Api::at(&a.address), Api::at(&b.address));
     // About five seconds of text on A.
     llm.push(Turn::text(&words(50)).paced(100));
     let live = Live::create(
-        &a.api,
+        &a_api,
         json!({"model": "gpt-4o-mini", "input": "count slowly"}),
     )
     .await;
@@ -405,8 +330,7 @@ async fn a_cancel_through_another_replica_stops_the_run_where_it_executes_on_pos
     live.wait_for("three deltas", |events| deltas(events) >= 3)
         .await;
 
-    let (status, cancelled) = b
-        .api
+    let (status, cancelled) = b_api
         .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
         .await;
     assert_eq!(status, 200, "the cancel through B answers: {cancelled}");
@@ -424,14 +348,14 @@ async fn a_cancel_through_another_replica_stops_the_run_where_it_executes_on_pos
     assert_eq!(seen.last().data["response"]["status"], "cancelled");
 
     // B replays exactly that; both say cancelled.
-    let replay = b.api.replay(&id).await;
+    let replay = b_api.replay(&id).await;
     audit_log(&replay);
     assert_eq!(
         frames(&replay),
         frames(&seen),
         "B replays what A's client saw"
     );
-    for api in [&a.api, &b.api] {
+    for api in [&a_api, &b_api] {
         assert_eq!(api.status(&id).await, "cancelled", "{}", api.base);
         assert_state_matches(api, &id, &replay).await;
     }
@@ -440,9 +364,13 @@ async fn a_cancel_through_another_replica_stops_the_run_where_it_executes_on_pos
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_cancelled_through_another_replica_at_random_moments_all_end_cleanly_on_postgres() {
     let llm = FakeLlm::start().await.unwrap();
-    let Some((a, b)) = two_instances(&llm).await else {
+    let Some(db) = Database::postgres().await else {
         return;
     };
+    // Two processes on one database, with one fake LLM.
+    let instance = Binary::new().database(&db.url).upstream(&llm);
+    let (a, b) = (instance.spawn(), instance.spawn());
+    let (a_api, b_api) = (Api::at(&a.address), Api::at(&b.address));
     let mut rng = Rng::seeded("cancel through another replica");
     let count = 10;
     for _ in 0..count {
@@ -452,7 +380,7 @@ async fn runs_cancelled_through_another_replica_at_random_moments_all_end_cleanl
     let mut runs = Vec::new();
     for n in 0..count {
         let delay = Duration::from_millis(rng.below(400));
-        let (a, b) = (a.api.clone(), b.api.clone());
+        let (a, b) = (a_api.clone(), b_api.clone());
         runs.push(tokio::spawn(async move {
             let live = Live::create(
                 &a,
@@ -527,22 +455,17 @@ async fn refuse_completed_events_until(url: &str, until: SystemTime) {
     run_sql(url, &statements).await;
 }
 
-/// Applies the migrations with the binary (`switchyard migrate`), which then exits.
-fn migrate(url: &str) {
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .arg("migrate")
-        .env("SWITCHYARD__DATABASE__URL", url)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "migrations applied to {url}");
-}
-
 /// While the terminal event of a run cannot be written, the stored run never shows a final
 /// status without it in its log; once it can, the run ends with a whole log.
 async fn the_final_state_and_the_terminal_event_commit_together(url: &str) {
     let llm = FakeLlm::start().await.unwrap();
-    migrate(url);
+    // The migrations, applied by the binary (`switchyard migrate`), which then exits.
+    let migrated = Binary::new().database(url).run(&["migrate"]);
+    assert_eq!(
+        migrated.code, 0,
+        "migrations applied to {url}: {}",
+        migrated.stderr
+    );
     let refused_for = Duration::from_secs(5);
     let until = SystemTime::now() + refused_for;
     let phase_one_ends = Instant::now() + refused_for - Duration::from_millis(300);
@@ -551,9 +474,11 @@ async fn the_final_state_and_the_terminal_event_commit_together(url: &str) {
         ("SWITCHYARD__RUNS__SWEEP_INTERVAL_MS", "100"),
         ("SWITCHYARD__RUNS__LEASE_TTL_MS", "500"),
     ];
-    let mut a = Instance::start(url, &llm, &quick);
+    let instance = Binary::new().database(url).upstream(&llm).envs(&quick);
+    let mut a = instance.spawn();
+    let a_api = Api::at(&a.address);
     llm.push(Turn::text("an answer whose ending cannot be stored yet"));
-    let live = Live::create(&a.api, json!({"model": "gpt-4o-mini", "input": "answer"})).await;
+    let live = Live::create(&a_api, json!({"model": "gpt-4o-mini", "input": "answer"})).await;
     let id = live.response_id().await;
     assert!(
         Instant::now() + Duration::from_secs(1) < phase_one_ends,
@@ -563,10 +488,10 @@ async fn the_final_state_and_the_terminal_event_commit_together(url: &str) {
     // The fault holds: whenever the run shows a final status, its log has the ending.
     let mut seen = BTreeSet::new();
     while Instant::now() < phase_one_ends {
-        let status = a.api.status(&id).await;
+        let status = a_api.status(&id).await;
         seen.insert(status.clone());
         if status != "in_progress" && status != "queued" {
-            let log = a.api.replay_for(&id, Duration::from_secs(5)).await;
+            let log = a_api.replay_for(&id, Duration::from_secs(5)).await;
             assert!(
                 log.events.iter().any(|e| is_terminal(&e.event)),
                 "{}: the stored run is {status}, but its log has no terminal event \
@@ -579,8 +504,8 @@ async fn the_final_state_and_the_terminal_event_commit_together(url: &str) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = a.api.replay_for(&id, Duration::from_millis(300)).await;
-    if a.api.status(&id).await == "in_progress" {
+    let log = a_api.replay_for(&id, Duration::from_millis(300)).await;
+    if a_api.status(&id).await == "in_progress" {
         assert!(
             !log.events.iter().any(|e| is_terminal(&e.event)),
             "a terminal event is logged while the run is in progress: {}",
@@ -591,7 +516,7 @@ async fn the_final_state_and_the_terminal_event_commit_together(url: &str) {
     // The fault is gone: the run ends, by whatever way the service recovers — on its own, or
     // after the instance is killed and another started on the same database.
     tokio::time::sleep(until.duration_since(SystemTime::now()).unwrap_or_default()).await;
-    let mut serving = a.api.clone();
+    let mut serving = a_api.clone();
     let mut run = serving
         .wait_until_stopped(&id, Duration::from_secs(3))
         .await;
@@ -599,8 +524,8 @@ async fn the_final_state_and_the_terminal_event_commit_together(url: &str) {
     let mut next = None;
     if run["status"] == "in_progress" || run["status"] == "queued" {
         a.kill();
-        let b = next.insert(Instance::start(url, &llm, &quick));
-        serving = b.api.clone();
+        let b = next.insert(instance.spawn());
+        serving = Api::at(&b.address);
         run = serving.wait_until_stopped(&id, LIVENESS).await;
         how = "after the instance was killed and another started";
     }
@@ -623,20 +548,16 @@ async fn the_final_state_and_the_terminal_event_commit_together(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_never_shows_a_final_state_whose_terminal_event_is_not_logged_on_sqlite() {
-    if !selected("sqlite") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/faults.db", dir.path().display());
-    the_final_state_and_the_terminal_event_commit_together(&url).await;
+    let db = Database::sqlite();
+    the_final_state_and_the_terminal_event_commit_together(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_never_shows_a_final_state_whose_terminal_event_is_not_logged_on_postgres() {
-    let Some(url) = postgres_only(fresh_postgres_url().await) else {
+    let Some(db) = Database::postgres().await else {
         return;
     };
-    the_final_state_and_the_terminal_event_commit_together(&url).await;
+    the_final_state_and_the_terminal_event_commit_together(&db.url).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -660,25 +581,18 @@ fn strings(value: &Value) -> Vec<String> {
 /// An HTTP tool endpoint whose answer has a NUL in it.
 async fn nul_tool_endpoint() -> String {
     let app = axum::Router::new().route("/nul", axum::routing::post(|| async { "x\u{0}y" }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/nul")
+    format!("{}/nul", serve(app).await)
 }
 
-/// The app with the tool server `nul`: one HTTP tool, `fetch_nul`, answering `x\0y`.
-async fn app_with_nul_tool(url: &str, endpoint: &str) -> TestApp {
-    let endpoint = endpoint.to_string();
-    spawn_app_on(url, move |c| {
-        c.tool_servers.insert(
-            "nul".into(),
-            switchyard::config::ToolServerConfig {
-                tools: vec![http_tool("fetch_nul", endpoint, None)],
-                ..Default::default()
-            },
-        );
-    })
-    .await
+/// The tool server `nul`: one HTTP tool, `fetch_nul`, at `endpoint` (answering `x\0y`).
+fn nul_tool_server(config: &mut Config, endpoint: &str) {
+    config.tool_servers.insert(
+        "nul".into(),
+        switchyard::config::ToolServerConfig {
+            tools: vec![http_tool("fetch_nul", endpoint.to_string(), None)],
+            ..Default::default()
+        },
+    );
 }
 
 fn lookup_tool(description: &str) -> Value {
@@ -714,9 +628,14 @@ async fn nul_characters_from_the_model_and_a_tool_are_stored_and_given_back_exac
     const ARGS: &str = "{\"q\":\"x\u{0}y\"}";
     const ANSWER: &str = "an\u{0}swer";
     let endpoint = nul_tool_endpoint().await;
-    for (url, _dir) in databases().await {
-        let db = backend(&url);
-        let app = app_with_nul_tool(&url, &endpoint).await;
+    for database in backends().await {
+        let url = &database.url;
+        let db = backend(url);
+        let app = TestApp::builder()
+            .database(url)
+            .config(|c| nul_tool_server(c, &endpoint))
+            .start()
+            .await;
         let api = Api::of(&app);
         app.llm
             .push(Turn::tool_call("call_tool", "fetch_nul", "{}"));
@@ -783,9 +702,10 @@ async fn nul_characters_in_requests_are_stored_and_given_back_exactly() {
     const OUTPUT: &str = "o\u{0}ut";
     const CONTINUED: &str = "c\u{0}ont";
     const MESSAGE: &str = "m\u{0}sg";
-    for (url, _dir) in databases().await {
-        let db = backend(&url);
-        let app = spawn_app_on(&url, |_| {}).await;
+    for database in backends().await {
+        let url = &database.url;
+        let db = backend(url);
+        let app = TestApp::builder().database(url).start().await;
         let api = Api::of(&app);
         app.llm
             .push(Turn::tool_call("call_q", "lookup", r#"{"q":"first"}"#));
@@ -859,9 +779,10 @@ async fn nul_characters_in_requests_are_stored_and_given_back_exactly() {
 /// server error.
 #[tokio::test]
 async fn an_id_with_a_nul_character_is_unknown_not_a_server_error() {
-    for (url, _dir) in databases().await {
-        let db = backend(&url);
-        let app = spawn_app_on(&url, |_| {}).await;
+    for database in backends().await {
+        let url = &database.url;
+        let db = backend(url);
+        let app = TestApp::builder().database(url).start().await;
         let api = Api::of(&app);
         let mut wrong = Vec::new();
         for path in [
@@ -1046,9 +967,14 @@ async fn readers_that_stop_reading_do_not_starve_other_requests() {
     let replays = env_or("FAULTS_STALL_REPLAYS", 8);
     let mut rng = Rng::seeded("stalled readers");
     let turn = big_turn(deltas_per_run, delta_bytes);
-    for (url, _dir) in databases().await {
-        let db = backend(&url);
-        let app = spawn_app_on(&url, |c| c.database.max_connections = 2).await;
+    for database in backends().await {
+        let url = &database.url;
+        let db = backend(url);
+        let app = TestApp::builder()
+            .database(url)
+            .config(|c| c.database.max_connections = 2)
+            .start()
+            .await;
         let api = Api::of(&app);
         let (status, other) = api
             .post(
@@ -1109,19 +1035,14 @@ const TAKEN_OVER: &str = "finished after the takeover";
 
 /// A streamed run and a background run executing on `a`, each a turn of about six seconds,
 /// until A's client saw a few deltas. Returns their ids and the stream.
-async fn start_long_runs(a: &Instance, llm: &FakeLlm) -> (String, String, Live) {
+async fn start_long_runs(a: &Api, llm: &FakeLlm) -> (String, String, Live) {
     llm.push(Turn::text(&words(60)).paced(100));
     llm.push(Turn::text(&words(60)).paced(100));
     llm.push(Turn::text(TAKEN_OVER));
     llm.push(Turn::text(TAKEN_OVER));
-    let live = Live::create(
-        &a.api,
-        json!({"model": "gpt-4o-mini", "input": "streamed job"}),
-    )
-    .await;
+    let live = Live::create(a, json!({"model": "gpt-4o-mini", "input": "streamed job"})).await;
     let streamed = live.response_id().await;
     let (status, queued) = a
-        .api
         .post(
             "/v1/responses",
             &json!({"model": "gpt-4o-mini", "input": "background job", "background": true}),
@@ -1210,33 +1131,37 @@ async fn assert_taken_over(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_hands_running_runs_to_another_instance_on_postgres() {
-    let Some(url) = postgres_only(fresh_postgres_url().await) else {
+    let Some(db) = Database::postgres().await else {
         return;
     };
     let llm = FakeLlm::start().await.unwrap();
     // A alone first, so that both runs execute on A; then B beside it.
-    let mut a = Instance::start(&url, &llm, &GRACEFUL);
-    let (streamed, background, live) = start_long_runs(&a, &llm).await;
-    let b = Instance::start(&url, &llm, &GRACEFUL);
+    let instance = Binary::new()
+        .database(&db.url)
+        .upstream(&llm)
+        .envs(&GRACEFUL);
+    let mut a = instance.spawn();
+    let (streamed, background, live) = start_long_runs(&Api::at(&a.address), &llm).await;
+    let b = instance.spawn();
     let (seen, took) = terminate(&mut a, live).await;
-    let notes = assert_taken_over(&b.api, &llm, &streamed, &background, &seen).await;
+    let notes = assert_taken_over(&Api::at(&b.address), &llm, &streamed, &background, &seen).await;
     eprintln!("postgres: A exited {took:?} after SIGTERM; {notes}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_hands_running_runs_to_the_next_process_on_sqlite() {
-    if !selected("sqlite") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/faults.db", dir.path().display());
+    let db = Database::sqlite();
     let llm = FakeLlm::start().await.unwrap();
-    let mut a = Instance::start(&url, &llm, &GRACEFUL);
-    let (streamed, background, live) = start_long_runs(&a, &llm).await;
+    let instance = Binary::new()
+        .database(&db.url)
+        .upstream(&llm)
+        .envs(&GRACEFUL);
+    let mut a = instance.spawn();
+    let (streamed, background, live) = start_long_runs(&Api::at(&a.address), &llm).await;
     let (seen, took) = terminate(&mut a, live).await;
     // The next process on the same file.
-    let b = Instance::start(&url, &llm, &GRACEFUL);
-    let notes = assert_taken_over(&b.api, &llm, &streamed, &background, &seen).await;
+    let b = instance.spawn();
+    let notes = assert_taken_over(&Api::at(&b.address), &llm, &streamed, &background, &seen).await;
     eprintln!("sqlite: A exited {took:?} after SIGTERM; {notes}");
 }
 
@@ -1245,24 +1170,18 @@ async fn a_graceful_stop_hands_running_runs_to_the_next_process_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_instance_on_the_same_sqlite_file_refuses_to_start() {
-    if !selected("sqlite") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/faults.db", dir.path().display());
+    let db = Database::sqlite();
+    let url = &db.url;
     let llm = FakeLlm::start().await.unwrap();
-    let a = Instance::start(&url, &llm, &[]);
+    let instance = Binary::new().database(url).upstream(&llm);
+    let a = instance.spawn();
+    let a_api = Api::at(&a.address);
 
-    let mut second = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+    let mut second = instance
+        .clone()
         .env("SWITCHYARD__SERVER__PORT", "0")
-        .env("SWITCHYARD__DATABASE__URL", &url)
-        .env("SWITCHYARD__LLM__BASE_URL", llm.base_url())
-        .env("SWITCHYARD__LLM__API_KEY", "test")
         .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start(&[]);
     let deadline = Instant::now() + Duration::from_secs(5);
     let exit = loop {
         if let Some(status) = second.try_wait().unwrap() {
@@ -1274,7 +1193,7 @@ async fn a_second_instance_on_the_same_sqlite_file_refuses_to_start() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     if exit.is_none() {
-        kill(&mut second);
+        second.kill().unwrap();
     }
     let output = second.wait_with_output().unwrap();
     let said = format!(
@@ -1292,11 +1211,10 @@ async fn a_second_instance_on_the_same_sqlite_file_refuses_to_start() {
     );
 
     // The first goes on serving.
-    let (status, _) = a.api.get("/healthz").await;
+    let (status, _) = a_api.get("/healthz").await;
     assert_eq!(status, 200);
     llm.push(Turn::text("still serving"));
-    let (status, run) = a
-        .api
+    let (status, run) = a_api
         .post(
             "/v1/responses",
             &json!({"model": "gpt-4o-mini", "input": "there?"}),
@@ -1364,13 +1282,17 @@ async fn submissions_cancels_continuations_and_expiry_racing_on_paused_runs_leav
     let per_round = env_or("FAULTS_RACE_RUNS", 12);
     let ttl_ms = 300;
     let mut rng = Rng::seeded("race on paused runs");
-    for (url, _dir) in databases().await {
-        let db = backend(&url);
-        let app = spawn_app_on(&url, |c| {
-            c.runs.requires_action_ttl_ms = ttl_ms;
-            c.runs.sweep_interval_ms = 50;
-        })
-        .await;
+    for database in backends().await {
+        let url = &database.url;
+        let db = backend(url);
+        let app = TestApp::builder()
+            .database(url)
+            .config(|c| {
+                c.runs.requires_action_ttl_ms = ttl_ms;
+                c.runs.sweep_interval_ms = 50;
+            })
+            .start()
+            .await;
         let api = Api::of(&app);
         let reset = format!("http://{}/control/reset", app.llm.addr());
         let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();

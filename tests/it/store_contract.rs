@@ -1,8 +1,5 @@
 //! The `RunStore` contract, run against SQLite always and PostgreSQL when `TEST_DATABASE_URL`
-//! is set (CI sets it). Ids are unique per test, so tests share one PostgreSQL database.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
+//! is set (CI sets it), each test on a fresh database of its own.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -21,31 +18,8 @@ use switchyard::store::{
     StoreError, Transition, WriteBatch,
 };
 use switchyard::time::UnixMillis;
-use tempfile::TempDir;
 
-struct Db {
-    store: Arc<dyn RunStore>,
-    url: String,
-    _dir: Option<TempDir>,
-}
-
-async fn backends() -> Vec<Db> {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/contract.db", dir.path().display());
-    let mut list = vec![Db {
-        store: store::connect(&url, 4).await.unwrap(),
-        url,
-        _dir: Some(dir),
-    }];
-    if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
-        list.push(Db {
-            store: store::connect(&url, 4).await.unwrap(),
-            url,
-            _dir: None,
-        });
-    }
-    list
-}
+use crate::support::backends;
 
 fn at(millis: i64) -> UnixMillis {
     UnixMillis::from_millis(millis)
@@ -164,92 +138,87 @@ async fn state(store: &dyn RunStore, id: &str) -> RunState {
 
 #[tokio::test]
 async fn a_run_is_stored_with_its_input_items_and_read_back_unchanged() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
         let run = new_run(&id, 3, "a", 10);
-        b.store.insert_run(&run).await.unwrap();
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
-        assert_eq!(stored.state, RunState::InProgress, "{}", b.url);
+        store.insert_run(&run).await.unwrap();
+        let stored = store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.state, RunState::InProgress, "{}", db.url);
         assert_eq!(stored.body, run.body);
         assert_eq!(stored.lease_owner.as_deref(), Some("a"));
         assert_eq!(stored.lease_expires_at, Some(at(10)));
         assert!(!stored.cancel_requested);
         assert_eq!(
-            b.store
-                .input_items(store::DEFAULT_TENANT, &id)
-                .await
-                .unwrap(),
+            store.input_items(store::DEFAULT_TENANT, &id).await.unwrap(),
             run.input_items
         );
         assert!(matches!(
-            b.store.get_run("other-tenant", &id).await,
+            store.get_run("other-tenant", &id).await,
             Err(StoreError::NotFound)
         ));
         assert!(matches!(
-            b.store.get_run(store::DEFAULT_TENANT, "resp_none").await,
+            store.get_run(store::DEFAULT_TENANT, "resp_none").await,
             Err(StoreError::NotFound)
         ));
-        b.store.ping().await.unwrap();
+        store.ping().await.unwrap();
     }
 }
 
 #[tokio::test]
 async fn text_with_a_nul_character_is_stored_and_read_back_exactly_and_a_key_holding_one_finds_nothing()
  {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
         let nul = "before\u{0}after";
         let mut run = new_run(&id, 0, "a", 10);
         run.body.instructions = Some(nul.into());
         run.body.metadata.insert("k".into(), json!(nul));
         run.input_items = vec![message(nul)];
-        b.store.insert_run(&run).await.unwrap();
+        store.insert_run(&run).await.unwrap();
         let mut data = event(&id, 0);
         data.data = Arc::from(serde_json::to_string(&json!({"delta": nul})).unwrap());
-        let outcome = b
-            .store
+        let outcome = store
             .write_batch(&batch("a", &[], &[data.clone()], &[]))
             .await;
-        assert!(outcome.lost.is_empty(), "{}: {:?}", b.url, outcome.lost);
+        assert!(outcome.lost.is_empty(), "{}: {:?}", db.url, outcome.lost);
         let mut done = ending(&id, RunState::Completed, 1, 1);
         done.body.output = vec![message(nul)];
         done.transcript = vec![Entry::Item(message(nul)), Entry::TurnEnd];
-        let outcome = b
-            .store
+        let outcome = store
             .write_batch(&batch("a", &[], &[], &[done.clone()]))
             .await;
         assert!(
             outcome.endings[0].is_ok(),
             "{}: {:?}",
-            b.url,
+            db.url,
             outcome.endings
         );
 
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
-        assert_eq!(stored.body, done.body, "{}", b.url);
+        let stored = store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        assert_eq!(stored.body, done.body, "{}", db.url);
         assert_eq!(stored.transcript, done.transcript);
-        let items = b.store.input_items(store::DEFAULT_TENANT, &id).await;
+        let items = store.input_items(store::DEFAULT_TENANT, &id).await;
         assert_eq!(items.unwrap(), run.input_items);
-        let logged = b.store.events_after(&id, None, 10).await.unwrap();
+        let logged = store.events_after(&id, None, 10).await.unwrap();
         assert_eq!(logged[0].data, data.data);
-        assert_eq!(b.store.state_of("resp_\u{0}").await.unwrap(), None);
+        assert_eq!(store.state_of("resp_\u{0}").await.unwrap(), None);
         assert!(matches!(
-            b.store.get_run(store::DEFAULT_TENANT, "resp_\u{0}").await,
+            store.get_run(store::DEFAULT_TENANT, "resp_\u{0}").await,
             Err(StoreError::NotFound)
         ));
-        let key = b
-            .store
-            .find_idempotent(store::DEFAULT_TENANT, "k\u{0}")
-            .await;
+        let key = store.find_idempotent(store::DEFAULT_TENANT, "k\u{0}").await;
         assert_eq!(key.unwrap(), None);
     }
 }
 
 #[tokio::test]
 async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
         let mut done = body(&id);
         done.status = ResponseStatus::Completed;
         let seen = [Entry::Item(message("seen"))];
@@ -258,9 +227,9 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
             transcript: Some(&seen),
             ..end(&id, RunState::Completed, "a", 2_000)
         };
-        let applied = b.store.transition(&change).await.unwrap();
+        let applied = store.transition(&change).await.unwrap();
         assert_eq!(applied.next_sequence, 0, "an empty log continues at 0");
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        let stored = store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.state, RunState::Completed);
         assert_eq!(stored.body.status, ResponseStatus::Completed);
         assert_eq!(stored.updated_at, at(2_000));
@@ -269,8 +238,7 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
             "the transcript is stored with the state"
         );
         assert_eq!(stored.lease_owner, None, "a stopped run is held by nobody");
-        let again = b
-            .store
+        let again = store
             .transition(&end(&id, RunState::Failed, "a", 3_000))
             .await;
         assert!(
@@ -282,8 +250,7 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
             ),
             "{again:?}"
         );
-        let missing = b
-            .store
+        let missing = store
             .transition(&end("resp_none", RunState::Failed, "a", 3_000))
             .await;
         assert!(matches!(missing, Err(StoreError::NotFound)));
@@ -292,9 +259,10 @@ async fn a_transition_is_a_compare_and_set_that_reports_the_state_it_found() {
 
 #[tokio::test]
 async fn a_change_whose_lease_guard_does_not_hold_is_refused_without_touching_the_run() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store
+        store
             .insert_run(&new_run(&id, 0, "a", 10_000))
             .await
             .unwrap();
@@ -303,7 +271,7 @@ async fn a_change_whose_lease_guard_does_not_hold_is_refused_without_touching_th
             end(&id, RunState::Completed, "b", 5),
             Change::new(&id, Transition::HAND_OVER, "b"),
         ] {
-            let refused = b.store.transition(&change).await;
+            let refused = store.transition(&change).await;
             assert!(
                 matches!(
                     refused,
@@ -312,13 +280,12 @@ async fn a_change_whose_lease_guard_does_not_hold_is_refused_without_touching_th
                     })
                 ),
                 "{}: {refused:?}",
-                b.url
+                db.url
             );
         }
         // A running run is nobody's to cancel as if it were paused, or to take over while its
         // lease holds.
-        let paused = b
-            .store
+        let paused = store
             .transition(&Change::new(&id, Transition::CANCEL_PAUSED, "b"))
             .await;
         assert!(
@@ -330,13 +297,13 @@ async fn a_change_whose_lease_guard_does_not_hold_is_refused_without_touching_th
             until: at(99_000),
         };
         assert!(
-            b.store
+            store
                 .claim_stale(&id, &lease, at(5_000))
                 .await
                 .unwrap()
                 .is_none()
         );
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        let stored = store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.state, RunState::InProgress);
         assert_eq!(stored.lease_owner.as_deref(), Some("a"));
         assert_eq!(stored.updated_at, at(1_000));
@@ -351,11 +318,12 @@ async fn a_change_whose_lease_guard_does_not_hold_is_refused_without_touching_th
 
 #[tokio::test]
 async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
         let attempts = (0..8).map(|i| {
-            let store = b.store.clone();
+            let store = store.clone();
             let id = id.clone();
             tokio::spawn(async move {
                 let to = match i % 2 {
@@ -372,24 +340,25 @@ async fn of_many_concurrent_transitions_from_one_state_exactly_one_wins() {
         });
         let results = futures_util::future::join_all(attempts).await;
         let wins = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
-        assert_eq!(wins, 1, "{}", b.url);
+        assert_eq!(wins, 1, "{}", db.url);
         // Every loser is told the run moved on; none fails otherwise, and none wrote.
         assert!(
             results
                 .iter()
                 .all(|r| matches!(r, Ok(Ok(_) | Err(StoreError::Conflict { .. }))))
         );
-        assert_eq!(numbers(&*b.store, &id).await, [0]);
+        assert_eq!(numbers(&*store, &id).await, [0]);
     }
 }
 
 #[tokio::test]
 async fn a_transitions_closing_events_follow_the_log_and_commit_with_it_or_not_at_all() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
         let events = [event(&id, 0), event(&id, 1), event(&id, 2)];
-        b.store.write_batch(&batch("a", &[], &events, &[])).await;
+        store.write_batch(&batch("a", &[], &events, &[])).await;
         let closing = |next: u64| {
             vec![
                 event_of(&id, next, "error"),
@@ -400,29 +369,30 @@ async fn a_transitions_closing_events_follow_the_log_and_commit_with_it_or_not_a
             closing: Some(&closing),
             ..end(&id, RunState::Failed, "a", 5)
         };
-        let applied = b.store.transition(&change).await.unwrap();
-        assert_eq!(applied.next_sequence, 5, "{}", b.url);
-        assert_eq!(numbers(&*b.store, &id).await, [0, 1, 2, 3, 4]);
-        let last = b.store.events_after(&id, Some(3), 1).await.unwrap();
+        let applied = store.transition(&change).await.unwrap();
+        assert_eq!(applied.next_sequence, 5, "{}", db.url);
+        assert_eq!(numbers(&*store, &id).await, [0, 1, 2, 3, 4]);
+        let last = store.events_after(&id, Some(3), 1).await.unwrap();
         assert_eq!(last[0].event_type, "response.failed");
         // The run moved on: a second ending writes neither state nor events.
-        let again = b.store.transition(&change).await;
+        let again = store.transition(&change).await;
         assert!(matches!(again, Err(StoreError::Conflict { .. })));
-        assert_eq!(numbers(&*b.store, &id).await.len(), 5);
+        assert_eq!(numbers(&*store, &id).await.len(), 5);
     }
 }
 
 #[tokio::test]
 async fn events_are_appended_in_batches_and_read_in_order_after_any_point() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
         // One batch, larger than one INSERT chunk.
         let events: Vec<EventRecord> = (0..1500).map(|n| event(&id, n)).collect();
-        let outcome = b.store.write_batch(&batch("a", &[], &events, &[])).await;
-        assert!(outcome.lost.is_empty(), "{}: {:?}", b.url, outcome.lost);
+        let outcome = store.write_batch(&batch("a", &[], &events, &[])).await;
+        assert!(outcome.lost.is_empty(), "{}: {:?}", db.url, outcome.lost);
 
-        let first = b.store.events_after(&id, None, 10).await.unwrap();
+        let first = store.events_after(&id, None, 10).await.unwrap();
         assert_eq!(
             first.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
             (0..10).collect::<Vec<_>>()
@@ -431,36 +401,31 @@ async fn events_are_appended_in_batches_and_read_in_order_after_any_point() {
             first[3], events[3],
             "an event reads back exactly as written"
         );
-        let tail = b.store.events_after(&id, Some(1495), 100).await.unwrap();
+        let tail = store.events_after(&id, Some(1495), 100).await.unwrap();
         assert_eq!(
             tail.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
             vec![1496, 1497, 1498, 1499]
         );
-        assert_eq!(b.store.last_sequence_number(&id).await.unwrap(), Some(1499));
-        assert_eq!(
-            b.store.last_sequence_number("resp_none").await.unwrap(),
-            None
-        );
+        assert_eq!(store.last_sequence_number(&id).await.unwrap(), Some(1499));
+        assert_eq!(store.last_sequence_number("resp_none").await.unwrap(), None);
     }
 }
 
 #[tokio::test]
 async fn events_of_a_run_the_writer_does_not_hold_are_not_written_and_are_reported() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let (held, other, paused) = (
             ids::new(ids::RESPONSE),
             ids::new(ids::RESPONSE),
             ids::new(ids::RESPONSE),
         );
-        b.store
-            .insert_run(&new_run(&held, 0, "a", 10))
-            .await
-            .unwrap();
-        b.store
+        store.insert_run(&new_run(&held, 0, "a", 10)).await.unwrap();
+        store
             .insert_run(&new_run(&other, 0, "b", 10))
             .await
             .unwrap();
-        b.store
+        store
             .insert_run(&new_run(&paused, 0, "a", 10))
             .await
             .unwrap();
@@ -468,7 +433,7 @@ async fn events_of_a_run_the_writer_does_not_hold_are_not_written_and_are_report
             expires_at: Some(at(9_000)),
             ..end(&paused, RunState::RequiresAction, "a", 5)
         };
-        b.store.transition(&pause).await.unwrap();
+        store.transition(&pause).await.unwrap();
         for events in [
             // The common batch, events alone (one statement on SQLite)…
             vec![event(&held, 0), event(&other, 0), event(&paused, 0)],
@@ -484,41 +449,38 @@ async fn events_of_a_run_the_writer_does_not_hold_are_not_written_and_are_report
                 0 => Vec::new(),
                 _ => vec![ending(&other, RunState::Completed, 1, 1)],
             };
-            let outcome = b
-                .store
+            let outcome = store
                 .write_batch(&batch("a", &runs, &events, &endings))
                 .await;
             let mut lost: Vec<&str> = outcome.lost.keys().map(|id| &**id).collect();
             lost.sort_unstable();
             let mut expected = vec![other.as_str(), paused.as_str()];
             expected.sort_unstable();
-            assert_eq!(lost, expected, "{}", b.url);
+            assert_eq!(lost, expected, "{}", db.url);
             assert!(outcome.lost.values().all(|l| matches!(l, Loss::NotHeld)));
             assert!(matches!(
                 outcome.endings.first(),
                 None | Some(Err(StoreError::Conflict { .. }))
             ));
         }
-        assert_eq!(numbers(&*b.store, &held).await, [0, 1], "{}", b.url);
-        assert!(numbers(&*b.store, &other).await.is_empty());
-        assert!(numbers(&*b.store, &paused).await.is_empty());
-        assert_eq!(state(&*b.store, &other).await, RunState::InProgress);
+        assert_eq!(numbers(&*store, &held).await, [0, 1], "{}", db.url);
+        assert!(numbers(&*store, &other).await.is_empty());
+        assert!(numbers(&*store, &paused).await.is_empty());
+        assert_eq!(state(&*store, &other).await, RunState::InProgress);
     }
 }
 
 #[tokio::test]
 async fn a_batch_the_database_refuses_loses_only_the_offending_runs_part() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let (good, clashing) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
-        b.store
-            .insert_run(&new_run(&good, 0, "a", 10))
-            .await
-            .unwrap();
-        b.store
+        store.insert_run(&new_run(&good, 0, "a", 10)).await.unwrap();
+        store
             .insert_run(&new_run(&clashing, 0, "a", 10))
             .await
             .unwrap();
-        b.store
+        store
             .write_batch(&batch("a", &[], &[event(&clashing, 0)], &[]))
             .await;
         // The clashing run's event 0 is already stored: the log is append-only.
@@ -529,11 +491,8 @@ async fn a_batch_the_database_refuses_loses_only_the_offending_runs_part() {
             event(&good, 1),
         ];
         let endings = [ending(&clashing, RunState::Completed, 2, 1)];
-        let outcome = b
-            .store
-            .write_batch(&batch("a", &[], &events, &endings))
-            .await;
-        assert_eq!(outcome.lost.len(), 1, "{}: {:?}", b.url, outcome.lost);
+        let outcome = store.write_batch(&batch("a", &[], &events, &endings)).await;
+        assert_eq!(outcome.lost.len(), 1, "{}: {:?}", db.url, outcome.lost);
         assert!(matches!(
             outcome.lost.get(clashing.as_str()),
             Some(Loss::Failed(StoreError::Rejected(_)))
@@ -542,36 +501,33 @@ async fn a_batch_the_database_refuses_loses_only_the_offending_runs_part() {
             outcome.endings[0].is_err(),
             "no ending after a hole in the log"
         );
-        assert_eq!(numbers(&*b.store, &good).await, [0, 1], "{}", b.url);
-        assert_eq!(numbers(&*b.store, &clashing).await, [0]);
-        assert_eq!(state(&*b.store, &clashing).await, RunState::InProgress);
+        assert_eq!(numbers(&*store, &good).await, [0, 1], "{}", db.url);
+        assert_eq!(numbers(&*store, &clashing).await, [0]);
+        assert_eq!(state(&*store, &clashing).await, RunState::InProgress);
     }
 }
 
 #[tokio::test]
 async fn a_new_run_whose_row_is_refused_is_reported_and_the_others_of_its_batch_are_stored() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let taken = ids::new(ids::RESPONSE);
-        b.store
+        store
             .insert_run(&new_run(&taken, 1, "a", 10))
             .await
             .unwrap();
         let fresh = ids::new(ids::RESPONSE);
         let runs = [new_run(&fresh, 3, "a", 10), new_run(&taken, 2, "a", 10)];
         let events = [event(&fresh, 0), event(&taken, 0)];
-        let outcome = b.store.write_batch(&batch("a", &runs, &events, &[])).await;
-        assert!(outcome.not_inserted.contains_key(&taken), "{}", b.url);
+        let outcome = store.write_batch(&batch("a", &runs, &events, &[])).await;
+        assert!(outcome.not_inserted.contains_key(&taken), "{}", db.url);
         assert!(!outcome.not_inserted.contains_key(&fresh));
-        let stored = b
-            .store
-            .get_run(store::DEFAULT_TENANT, &fresh)
-            .await
-            .unwrap();
-        assert_eq!(stored.body, runs[0].body, "{}", b.url);
-        let items = b.store.input_items(store::DEFAULT_TENANT, &fresh).await;
+        let stored = store.get_run(store::DEFAULT_TENANT, &fresh).await.unwrap();
+        assert_eq!(stored.body, runs[0].body, "{}", db.url);
+        let items = store.input_items(store::DEFAULT_TENANT, &fresh).await;
         assert_eq!(items.unwrap(), runs[0].input_items);
-        assert_eq!(numbers(&*b.store, &fresh).await, [0]);
-        let items = b.store.input_items(store::DEFAULT_TENANT, &taken).await;
+        assert_eq!(numbers(&*store, &fresh).await, [0]);
+        let items = store.input_items(store::DEFAULT_TENANT, &taken).await;
         assert_eq!(
             items.unwrap().len(),
             1,
@@ -582,35 +538,33 @@ async fn a_new_run_whose_row_is_refused_is_reported_and_the_others_of_its_batch_
 
 #[tokio::test]
 async fn input_items_page_forwards_and_backwards() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
         let run = new_run(&id, 5, "a", 10);
-        b.store.insert_run(&run).await.unwrap();
+        store.insert_run(&run).await.unwrap();
         let t = store::DEFAULT_TENANT;
         let items = &run.input_items;
-        let (page, more) = b
-            .store
+        let (page, more) = store
             .list_input_items(t, &id, 2, Order::Ascending, None)
             .await
             .unwrap();
         assert_eq!(page, items[..2]);
         assert!(more);
-        let (page, more) = b
-            .store
+        let (page, more) = store
             .list_input_items(t, &id, 10, Order::Ascending, Some(items[2].id()))
             .await
             .unwrap();
         assert_eq!(page, items[3..]);
         assert!(!more);
-        let (page, more) = b
-            .store
+        let (page, more) = store
             .list_input_items(t, &id, 2, Order::Descending, Some(items[2].id()))
             .await
             .unwrap();
         assert_eq!(page, vec![items[1].clone(), items[0].clone()]);
         assert!(!more);
         assert!(matches!(
-            b.store
+            store
                 .list_input_items(t, &id, 2, Order::Descending, Some("msg_none"))
                 .await,
             Err(StoreError::NotFound)
@@ -620,24 +574,22 @@ async fn input_items_page_forwards_and_backwards() {
 
 #[tokio::test]
 async fn deleting_a_run_removes_its_items_and_events() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
+        store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
         let events = [event(&id, 0), event(&id, 1)];
-        b.store.write_batch(&batch("a", &[], &events, &[])).await;
-        b.store
-            .delete_run(store::DEFAULT_TENANT, &id)
-            .await
-            .unwrap();
+        store.write_batch(&batch("a", &[], &events, &[])).await;
+        store.delete_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert!(matches!(
-            b.store.get_run(store::DEFAULT_TENANT, &id).await,
+            store.get_run(store::DEFAULT_TENANT, &id).await,
             Err(StoreError::NotFound)
         ));
-        assert!(numbers(&*b.store, &id).await.is_empty());
-        let items = b.store.input_items(store::DEFAULT_TENANT, &id).await;
+        assert!(numbers(&*store, &id).await.is_empty());
+        let items = store.input_items(store::DEFAULT_TENANT, &id).await;
         assert!(items.unwrap().is_empty());
         assert!(matches!(
-            b.store.delete_run(store::DEFAULT_TENANT, &id).await,
+            store.delete_run(store::DEFAULT_TENANT, &id).await,
             Err(StoreError::NotFound)
         ));
     }
@@ -645,23 +597,25 @@ async fn deleting_a_run_removes_its_items_and_events() {
 
 #[tokio::test]
 async fn runs_that_stopped_before_the_window_are_pruned_in_batches_and_no_others() {
-    for b in backends().await {
-        // Negative times: the PostgreSQL database is shared with the other tests, whose runs
-        // stop at small positive times and must not be pruned here.
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
+        // Negative times, from when the PostgreSQL database was shared with the other tests
+        // (whose runs stop at small positive times and were not to be pruned here); each test
+        // has a database of its own now.
         let mut old = Vec::new();
         for i in 0..250 {
             let id = ids::new(ids::RESPONSE);
             let mut run = new_run(&id, 1, "a", 10);
             run.now = at(-10_000 + i);
-            b.store.insert_run(&run).await.unwrap();
-            b.store
+            store.insert_run(&run).await.unwrap();
+            store
                 .write_batch(&batch("a", &[], &[event(&id, 0)], &[]))
                 .await;
             let to = match i % 2 {
                 0 => RunState::Completed,
                 _ => RunState::Failed,
             };
-            b.store
+            store
                 .transition(&end(&id, to, "a", -5_000 + i))
                 .await
                 .unwrap();
@@ -671,80 +625,79 @@ async fn runs_that_stopped_before_the_window_are_pruned_in_batches_and_no_others
         let active = ids::new(ids::RESPONSE);
         let mut run = new_run(&active, 1, "a", 10);
         run.now = at(-20_000);
-        b.store.insert_run(&run).await.unwrap();
+        store.insert_run(&run).await.unwrap();
         let recent = ids::new(ids::RESPONSE);
         let mut run = new_run(&recent, 1, "a", 10);
         run.now = at(-20_000);
-        b.store.insert_run(&run).await.unwrap();
-        b.store
+        store.insert_run(&run).await.unwrap();
+        store
             .write_batch(&batch("a", &[], &[event(&recent, 0)], &[]))
             .await;
-        b.store
+        store
             .transition(&end(&recent, RunState::Completed, "a", 0))
             .await
             .unwrap();
 
-        let (runs, _) = b.store.prune(at(0), at(i64::MIN)).await.unwrap();
-        assert_eq!(runs, 250, "{}", b.url);
+        let (runs, _) = store.prune(at(0), at(i64::MIN)).await.unwrap();
+        assert_eq!(runs, 250, "{}", db.url);
         for id in &old {
             assert!(matches!(
-                b.store.get_run(store::DEFAULT_TENANT, id).await,
+                store.get_run(store::DEFAULT_TENANT, id).await,
                 Err(StoreError::NotFound)
             ));
-            assert!(numbers(&*b.store, id).await.is_empty());
-            let items = b.store.input_items(store::DEFAULT_TENANT, id).await;
+            assert!(numbers(&*store, id).await.is_empty());
+            let items = store.input_items(store::DEFAULT_TENANT, id).await;
             assert!(items.unwrap().is_empty());
         }
         for id in [&active, &recent] {
-            b.store.get_run(store::DEFAULT_TENANT, id).await.unwrap();
-            let items = b.store.input_items(store::DEFAULT_TENANT, id).await;
+            store.get_run(store::DEFAULT_TENANT, id).await.unwrap();
+            let items = store.input_items(store::DEFAULT_TENANT, id).await;
             assert_eq!(items.unwrap().len(), 1);
         }
-        assert_eq!(numbers(&*b.store, &recent).await.len(), 1);
-        assert_eq!(b.store.prune(at(0), at(i64::MIN)).await.unwrap().0, 0);
+        assert_eq!(numbers(&*store, &recent).await.len(), 1);
+        assert_eq!(store.prune(at(0), at(i64::MIN)).await.unwrap().0, 0);
     }
 }
 
 #[tokio::test]
 async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let_go_at_shutdown() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let holder = ids::new("inst");
         let (mine, dead, finished) = (
             ids::new(ids::RESPONSE),
             ids::new(ids::RESPONSE),
             ids::new(ids::RESPONSE),
         );
-        b.store
+        store
             .insert_run(&new_run(&mine, 0, &holder, 100))
             .await
             .unwrap();
-        b.store
+        store
             .insert_run(&new_run(&dead, 0, "dead", 100))
             .await
             .unwrap();
-        b.store
+        store
             .insert_run(&new_run(&finished, 0, "dead", 100))
             .await
             .unwrap();
-        b.store
+        store
             .transition(&end(&finished, RunState::Completed, "dead", 1))
             .await
             .unwrap();
 
         // Only the runs named, and only those the holder holds.
-        let cancelled = b
-            .store
+        let cancelled = store
             .renew_leases(&holder, &[&mine, &dead], at(5_000))
             .await
             .unwrap();
         assert!(cancelled.is_empty());
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &mine).await.unwrap();
-        assert_eq!(stored.lease_expires_at, Some(at(5_000)), "{}", b.url);
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &dead).await.unwrap();
+        let stored = store.get_run(store::DEFAULT_TENANT, &mine).await.unwrap();
+        assert_eq!(stored.lease_expires_at, Some(at(5_000)), "{}", db.url);
+        let stored = store.get_run(store::DEFAULT_TENANT, &dead).await.unwrap();
         assert_eq!(stored.lease_expires_at, Some(at(100)));
 
-        let stale: Vec<String> = b
-            .store
+        let stale: Vec<String> = store
             .stale_runs(at(1_000))
             .await
             .unwrap()
@@ -760,7 +713,7 @@ async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let
             holder: holder.clone(),
             until: at(9_000),
         };
-        let taken = b.store.claim_stale(&dead, &lease, at(1_000)).await.unwrap();
+        let taken = store.claim_stale(&dead, &lease, at(1_000)).await.unwrap();
         let taken = taken.expect("the run was taken over");
         assert_eq!(taken.lease_owner.as_deref(), Some(holder.as_str()));
         assert_eq!(taken.state, RunState::InProgress);
@@ -769,7 +722,7 @@ async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let
             until: at(9_000),
         };
         assert!(
-            b.store
+            store
                 .claim_stale(&dead, &again, at(1_000))
                 .await
                 .unwrap()
@@ -777,18 +730,17 @@ async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let
         );
 
         // At shutdown the holder lets go of both: anyone may take them over at once.
-        assert_eq!(b.store.release_leases(&holder).await.unwrap(), 2);
-        let stale: Vec<String> = b
-            .store
+        assert_eq!(store.release_leases(&holder).await.unwrap(), 2);
+        let stale: Vec<String> = store
             .stale_runs(at(0))
             .await
             .unwrap()
             .into_iter()
             .map(|r| r.body.id)
             .collect();
-        assert!(stale.contains(&mine) && stale.contains(&dead), "{}", b.url);
+        assert!(stale.contains(&mine) && stale.contains(&dead), "{}", db.url);
         assert!(
-            b.store
+            store
                 .claim_stale(&mine, &again, at(0))
                 .await
                 .unwrap()
@@ -799,34 +751,31 @@ async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let
 
 #[tokio::test]
 async fn a_cancel_request_reaches_the_holder_through_renewal_and_checkpoints_until_the_run_ends() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store
-            .insert_run(&new_run(&id, 0, "a", 100))
-            .await
-            .unwrap();
+        store.insert_run(&new_run(&id, 0, "a", 100)).await.unwrap();
         let t = store::DEFAULT_TENANT;
         assert!(
-            !b.store
+            !store
                 .request_cancel("other-tenant", &id, at(5))
                 .await
                 .unwrap()
         );
         assert!(
-            b.store.request_cancel(t, &id, at(5)).await.unwrap(),
+            store.request_cancel(t, &id, at(5)).await.unwrap(),
             "{}",
-            b.url
+            db.url
         );
-        let saved = b
-            .store
+        let saved = store
             .checkpoint(&id, "a", &body(&id), &[], at(6))
             .await
             .unwrap();
         assert!(saved.cancel_requested);
-        let renewed = b.store.renew_leases("a", &[&id], at(200)).await.unwrap();
+        let renewed = store.renew_leases("a", &[&id], at(200)).await.unwrap();
         assert_eq!(renewed, std::slice::from_ref(&id));
         // A takeover keeps the request; an ending clears it.
-        b.store
+        store
             .transition(&Change::new(&id, Transition::HAND_OVER, "a"))
             .await
             .unwrap();
@@ -834,45 +783,45 @@ async fn a_cancel_request_reaches_the_holder_through_renewal_and_checkpoints_unt
             holder: "b".into(),
             until: at(9_000),
         };
-        let taken = b
-            .store
+        let taken = store
             .claim_stale(&id, &lease, at(7))
             .await
             .unwrap()
             .unwrap();
         assert!(taken.cancel_requested);
-        b.store
+        store
             .transition(&end(&id, RunState::Cancelled, "b", 8))
             .await
             .unwrap();
-        let stored = b.store.get_run(t, &id).await.unwrap();
+        let stored = store.get_run(t, &id).await.unwrap();
         assert!(!stored.cancel_requested);
         assert!(
-            !b.store.request_cancel(t, &id, at(9)).await.unwrap(),
+            !store.request_cancel(t, &id, at(9)).await.unwrap(),
             "not running"
         );
         // A checkpoint by a former holder is refused.
-        let stale = b.store.checkpoint(&id, "a", &body(&id), &[], at(10)).await;
+        let stale = store.checkpoint(&id, "a", &body(&id), &[], at(10)).await;
         assert!(matches!(stale, Err(StoreError::Conflict { .. })));
     }
 }
 
 #[tokio::test]
 async fn a_transition_can_append_input_items_and_set_an_expiry_atomically() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
+        store.insert_run(&new_run(&id, 2, "a", 10)).await.unwrap();
         let pause = Change {
             expires_at: Some(at(5_000)),
             ..end(&id, RunState::RequiresAction, "a", 100)
         };
-        b.store.transition(&pause).await.unwrap();
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        store.transition(&pause).await.unwrap();
+        let stored = store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.expires_at, Some(at(5_000)));
         assert_eq!(stored.lease_owner, None, "a paused run is held by nobody");
 
         let overdue = |now| {
-            let store = b.store.clone();
+            let store = store.clone();
             async move {
                 let runs = store.expired_runs(at(now)).await.unwrap();
                 runs.into_iter().map(|r| r.body.id).collect::<Vec<_>>()
@@ -888,42 +837,39 @@ async fn a_transition_can_append_input_items_and_set_an_expiry_atomically() {
             now: at(200),
             ..Change::new(&id, Transition::RESUME, "b")
         };
-        b.store.transition(&resume).await.unwrap();
-        let items = b
-            .store
-            .input_items(store::DEFAULT_TENANT, &id)
-            .await
-            .unwrap();
+        store.transition(&resume).await.unwrap();
+        let items = store.input_items(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(items.len(), 4);
         assert_eq!(items[2..], outputs[..], "appended after the original input");
-        let stored = b.store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
+        let stored = store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.lease_owner.as_deref(), Some("b"));
         assert_eq!(stored.lease_expires_at, Some(at(9_000)));
         assert_eq!(stored.expires_at, None);
 
         // A lost compare-and-set appends nothing.
-        let again = b.store.transition(&resume).await;
+        let again = store.transition(&resume).await;
         assert!(matches!(
             again,
             Err(StoreError::Conflict {
                 actual: RunState::InProgress
             })
         ));
-        let items = b.store.input_items(store::DEFAULT_TENANT, &id).await;
+        let items = store.input_items(store::DEFAULT_TENANT, &id).await;
         assert_eq!(items.unwrap().len(), 4);
     }
 }
 
 #[tokio::test]
 async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_their_closing_events() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let (first, second) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
         let runs = [new_run(&first, 2, "a", 10), new_run(&second, 1, "a", 10)];
-        let outcome = b.store.write_batch(&batch("a", &runs, &[], &[])).await;
+        let outcome = store.write_batch(&batch("a", &runs, &[], &[])).await;
         assert!(outcome.not_inserted.is_empty() && outcome.lost.is_empty());
         // The second run was taken over by another instance meanwhile: its ending is
         // refused, with its closing events; the first run's stands.
-        b.store
+        store
             .transition(&Change::new(&second, Transition::HAND_OVER, "a"))
             .await
             .unwrap();
@@ -931,7 +877,7 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_thei
             holder: "b".into(),
             until: at(99_000),
         };
-        b.store
+        store
             .claim_stale(&second, &lease, at(1))
             .await
             .unwrap()
@@ -941,14 +887,11 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_thei
             ending(&second, RunState::Completed, 1, 1),
         ];
         let events = [event(&first, 0), event(&first, 1), event(&second, 0)];
-        let outcome = b
-            .store
-            .write_batch(&batch("a", &[], &events, &endings))
-            .await;
+        let outcome = store.write_batch(&batch("a", &[], &events, &endings)).await;
         assert!(
             outcome.endings[0].is_ok(),
             "{}: {:?}",
-            b.url,
+            db.url,
             outcome.endings
         );
         assert!(
@@ -959,34 +902,27 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_thei
                 })
             ),
             "{}: {:?}",
-            b.url,
+            db.url,
             outcome.endings[1]
         );
-        let stored = b
-            .store
-            .get_run(store::DEFAULT_TENANT, &first)
-            .await
-            .unwrap();
-        assert_eq!(stored.state, RunState::Completed, "{}", b.url);
+        let stored = store.get_run(store::DEFAULT_TENANT, &first).await.unwrap();
+        assert_eq!(stored.state, RunState::Completed, "{}", db.url);
         assert_eq!(stored.lease_owner, None);
         assert_eq!(stored.transcript, endings[0].transcript);
-        assert_eq!(numbers(&*b.store, &first).await, [0, 1, 2]);
-        let other = b
-            .store
-            .get_run(store::DEFAULT_TENANT, &second)
-            .await
-            .unwrap();
-        assert_eq!(other.state, RunState::InProgress, "{}", b.url);
+        assert_eq!(numbers(&*store, &first).await, [0, 1, 2]);
+        let other = store.get_run(store::DEFAULT_TENANT, &second).await.unwrap();
+        assert_eq!(other.state, RunState::InProgress, "{}", db.url);
         assert_eq!(other.lease_owner.as_deref(), Some("b"));
-        assert!(numbers(&*b.store, &second).await.is_empty());
-        let items = b.store.input_items(store::DEFAULT_TENANT, &first).await;
+        assert!(numbers(&*store, &second).await.is_empty());
+        let items = store.input_items(store::DEFAULT_TENANT, &first).await;
         assert_eq!(items.unwrap().len(), 2);
     }
 }
 
 #[tokio::test]
 async fn a_run_inserted_and_ended_in_one_batch_is_stored_ended_and_a_missing_run_is_not_found() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let (quick, missing) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
         let mut run = new_run(&quick, 1, "a", 10);
         run.initial_events = vec![event(&quick, 0)];
@@ -995,51 +931,47 @@ async fn a_run_inserted_and_ended_in_one_batch_is_stored_ended_and_a_missing_run
             ending(&missing, RunState::Failed, 0, 1),
         ];
         let events = [event(&quick, 1)];
-        let outcome = b
-            .store
+        let outcome = store
             .write_batch(&batch("a", std::slice::from_ref(&run), &events, &endings))
             .await;
         assert!(
             outcome.endings[0].is_ok(),
             "{}: {:?}",
-            b.url,
+            db.url,
             outcome.endings
         );
         assert!(
             matches!(outcome.endings[1], Err(StoreError::NotFound)),
             "{}: {:?}",
-            b.url,
+            db.url,
             outcome.endings[1]
         );
-        let stored = b
-            .store
-            .get_run(store::DEFAULT_TENANT, &quick)
-            .await
-            .unwrap();
-        assert_eq!(stored.state, RunState::Failed, "{}", b.url);
+        let stored = store.get_run(store::DEFAULT_TENANT, &quick).await.unwrap();
+        assert_eq!(stored.state, RunState::Failed, "{}", db.url);
         assert_eq!(stored.transcript, endings[0].transcript);
         assert_eq!(stored.lease_owner, None);
-        assert_eq!(numbers(&*b.store, &quick).await, [0, 1, 2, 3], "{}", b.url);
-        assert!(numbers(&*b.store, &missing).await.is_empty());
+        assert_eq!(numbers(&*store, &quick).await, [0, 1, 2, 3], "{}", db.url);
+        assert!(numbers(&*store, &missing).await.is_empty());
     }
 }
 
 #[tokio::test]
 async fn appended_events_and_cancel_requests_are_announced_where_the_backend_has_listeners() {
     use futures_util::StreamExt;
-    for b in backends().await {
-        let Some(mut news) = b.store.notifications().await.unwrap() else {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
+        let Some(mut news) = store.notifications().await.unwrap() else {
             // SQLite: one process serves the file, and its hub knows what it appends.
-            assert_eq!(b.store.backend(), Backend::Sqlite);
+            assert_eq!(store.backend(), Backend::Sqlite);
             continue;
         };
         let run = new_run(&ids::new(ids::RESPONSE), 0, "a", 10);
         let id = run.body.id.clone();
         let events = [event(&id, 0), event(&id, 1)];
-        b.store
+        store
             .write_batch(&batch("a", std::slice::from_ref(&run), &events, &[]))
             .await;
-        b.store
+        store
             .request_cancel(store::DEFAULT_TENANT, &id, at(1))
             .await
             .unwrap();
@@ -1058,14 +990,15 @@ async fn appended_events_and_cancel_requests_are_announced_where_the_backend_has
             false
         };
         let heard = tokio::time::timeout(Duration::from_secs(5), heard).await;
-        assert_eq!(heard, Ok(true), "{}: news of {id} missing", b.url);
+        assert_eq!(heard, Ok(true), "{}: news of {id} missing", db.url);
     }
 }
 
 #[tokio::test]
 async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded() {
-    for b in backends().await {
-        let (hub, writer) = EventHub::start(b.store.clone(), "a".into(), 64);
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
+        let (hub, writer) = EventHub::start(store.clone(), "a".into(), 64);
         let id = ids::new(ids::RESPONSE);
         // The request is polled once (its insert is queued), then dropped: the writer task
         // cannot have run in between.
@@ -1083,11 +1016,11 @@ async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded(
         hub.flush(Arc::from("another")).await.unwrap();
         assert!(
             matches!(
-                b.store.get_run(store::DEFAULT_TENANT, &id).await,
+                store.get_run(store::DEFAULT_TENANT, &id).await,
                 Err(StoreError::NotFound)
             ),
             "{}",
-            b.url
+            db.url
         );
         writer.finish(hub).await;
     }
@@ -1096,8 +1029,9 @@ async fn a_run_whose_request_went_away_before_its_insert_committed_is_discarded(
 #[tokio::test]
 async fn a_live_stream_stops_at_the_runs_last_event_but_looks_for_more_after_a_pause() {
     use futures_util::StreamExt;
-    for b in backends().await {
-        let (hub, writer) = EventHub::start(b.store.clone(), "a".into(), 64);
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
+        let (hub, writer) = EventHub::start(store.clone(), "a".into(), 64);
         for ends_run in [true, false] {
             let id = ids::new(ids::RESPONSE);
             let inserted = hub.queue_insert(new_run(&id, 0, "a", 10)).await.unwrap();
@@ -1106,7 +1040,7 @@ async fn a_live_stream_stops_at_the_runs_last_event_but_looks_for_more_after_a_p
             let live = hub.open(&response_id, Arc::new(RunControl::default()));
             let events = hub.follow_new(response_id.clone());
             // Stored behind the stream's back, as a resumed run's next event would be.
-            b.store
+            store
                 .write_batch(&batch("a", &[], &[event(&id, 2)], &[]))
                 .await;
             hub.send(Arc::new(event(&id, 0))).await;
@@ -1119,7 +1053,7 @@ async fn a_live_stream_stops_at_the_runs_last_event_but_looks_for_more_after_a_p
             // A pause's stream goes on with what the store holds after it: three events are
             // taken. The run's last event ends the stream by itself.
             let limit = if ends_run { usize::MAX } else { 3 };
-            let url = &b.url;
+            let url = &db.url;
             let seen: Vec<u64> = tokio::time::timeout(
                 Duration::from_secs(5),
                 events
@@ -1140,10 +1074,11 @@ async fn a_live_stream_stops_at_the_runs_last_event_but_looks_for_more_after_a_p
 #[tokio::test]
 async fn a_writer_whose_run_was_taken_over_stops_it_and_publishes_nothing_more_of_it() {
     use futures_util::StreamExt;
-    for b in backends().await {
-        let (hub, writer) = EventHub::start(b.store.clone(), "a".into(), 64);
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
+        let (hub, writer) = EventHub::start(store.clone(), "a".into(), 64);
         let id = ids::new(ids::RESPONSE);
-        b.store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
+        store.insert_run(&new_run(&id, 0, "a", 10)).await.unwrap();
         let response_id: Arc<str> = Arc::from(id.as_str());
         let control = Arc::new(RunControl::default());
         let live = hub.open(&response_id, control.clone());
@@ -1152,7 +1087,7 @@ async fn a_writer_whose_run_was_taken_over_stops_it_and_publishes_nothing_more_o
         hub.flush(response_id.clone()).await.unwrap();
         assert_eq!(events.next().await.unwrap().unwrap().sequence_number, 0);
         // Another instance takes it over (its lease ran out here).
-        b.store
+        store
             .transition(&Change::new(&id, Transition::HAND_OVER, "a"))
             .await
             .unwrap();
@@ -1160,19 +1095,19 @@ async fn a_writer_whose_run_was_taken_over_stops_it_and_publishes_nothing_more_o
             holder: "b".into(),
             until: at(99_000),
         };
-        b.store
+        store
             .claim_stale(&id, &lease, at(1))
             .await
             .unwrap()
             .unwrap();
         hub.send(Arc::new(event(&id, 1))).await;
-        assert!(hub.flush(response_id.clone()).await.is_err(), "{}", b.url);
+        assert!(hub.flush(response_id.clone()).await.is_err(), "{}", db.url);
         assert_eq!(
             control.reason(),
             Some(switchyard::engine::control::StopReason::Lost)
         );
         assert!(control.token().is_cancelled());
-        assert_eq!(numbers(&*b.store, &id).await, [0]);
+        assert_eq!(numbers(&*store, &id).await, [0]);
         live.close().await;
         drop((live, events));
         writer.finish(hub).await;
@@ -1190,7 +1125,8 @@ fn function_call(call_id: &str) -> Item {
 
 #[tokio::test]
 async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_within_their_tenant() {
-    for b in backends().await {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
         let (paused, done, unstored) = (
             ids::new(ids::RESPONSE),
             ids::new(ids::RESPONSE),
@@ -1204,7 +1140,7 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
             new_run(&done, 1, "a", 10),
             secret,
         ];
-        b.store.write_batch(&batch("a", &runs, &[], &[])).await;
+        store.write_batch(&batch("a", &runs, &[], &[])).await;
         let mut pause = ending(&paused, RunState::RequiresAction, 0, 1);
         pause.body.output = vec![message("thinking"), function_call(&call_id)];
         let mut stop = ending(&done, RunState::Completed, 0, 1);
@@ -1212,8 +1148,7 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
         let mut gone = ending(&unstored, RunState::Completed, 0, 1);
         gone.body.output = vec![message("secret")];
         gone.body.store = false;
-        let outcome = b
-            .store
+        let outcome = store
             .write_batch(&batch(
                 "a",
                 &[],
@@ -1221,13 +1156,12 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
                 &[pause.clone(), stop.clone(), gone.clone()],
             ))
             .await;
-        assert!(outcome.endings.iter().all(Result::is_ok), "{}", b.url);
+        assert!(outcome.endings.iter().all(Result::is_ok), "{}", db.url);
 
         let call_item = pause.body.output[1].id().to_string();
         let answer = stop.body.output[0].id().to_string();
         let secret = gone.body.output[0].id().to_string();
-        let input = b
-            .store
+        let input = store
             .input_items(store::DEFAULT_TENANT, &done)
             .await
             .unwrap()[0]
@@ -1239,8 +1173,7 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
             secret.as_str(),
             input.as_str(),
         ];
-        let found = b
-            .store
+        let found = store
             .find_items(store::DEFAULT_TENANT, &keys)
             .await
             .unwrap();
@@ -1250,7 +1183,7 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
                 .filter(|f| f.item.id() == id)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(of(&call_item)[0].response_id, paused, "{}", b.url);
+        assert_eq!(of(&call_item)[0].response_id, paused, "{}", db.url);
         assert_eq!(of(&call_item)[0].state, RunState::RequiresAction);
         assert!(of(&call_item)[0].output);
         assert_eq!(of(&answer)[0].item, stop.body.output[0]);
@@ -1262,35 +1195,34 @@ async fn output_items_of_paused_and_stopped_runs_are_found_by_id_and_call_id_wit
         assert!(!of(&input)[0].output, "input items are found too");
 
         // A client call by its call id; another tenant finds nothing.
-        let by_call = b
-            .store
+        let by_call = store
             .find_items(store::DEFAULT_TENANT, &[call_id.as_str()])
             .await
             .unwrap();
-        assert_eq!(by_call.len(), 1, "{}", b.url);
+        assert_eq!(by_call.len(), 1, "{}", db.url);
         assert_eq!(by_call[0].item.id(), call_item);
-        let other = b.store.find_items("other", &keys).await.unwrap();
+        let other = store.find_items("other", &keys).await.unwrap();
         assert!(other.is_empty());
 
         // Deleting the run deletes its index.
-        b.store
+        store
             .delete_run(store::DEFAULT_TENANT, &done)
             .await
             .unwrap();
-        let found = b
-            .store
+        let found = store
             .find_items(store::DEFAULT_TENANT, &[answer.as_str()])
             .await
             .unwrap();
-        assert!(found.is_empty(), "{}", b.url);
+        assert!(found.is_empty(), "{}", db.url);
     }
 }
 
 #[tokio::test]
 async fn unfinished_runs_are_counted_by_state() {
-    // A database of its own: the counts are every run's.
-    for (url, _dir) in common::database_urls().await {
-        let store = store::connect(&url, 4).await.unwrap();
+    // The counts are every run's of the test's database.
+    for db in backends().await {
+        let url = &db.url;
+        let store = store::connect(url, 4).await.unwrap();
         assert_eq!(store.count_unfinished().await.unwrap(), vec![], "{url}");
         let running = ids::new(ids::RESPONSE);
         store

@@ -1,71 +1,27 @@
 //! What an operator sees of a running instance: request ids and the access log, readiness
 //! during shutdown, and the metrics. Through the real binary and its logs.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
-use fake_llm::{FakeLlm, Turn};
 use serde_json::json;
 
-/// An instance on a fresh SQLite file, with its logs kept.
-struct Instance {
-    child: std::process::Child,
-    base: String,
-    logs: Logs,
-    _dir: tempfile::TempDir,
-}
+use crate::support::{Binary, Database, FakeLlm, Instance, Turn, backends, read_sse};
 
-impl Instance {
-    fn start(llm: &FakeLlm, env: &[(&str, &str)]) -> Instance {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}/s.db", dir.path().display());
-        let (child, address, logs) = spawn_binary_logged(&url, &llm.base_url(), None, env);
-        Instance {
-            child,
-            base: format!("http://{address}"),
-            logs,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn terminate(&self) {
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// The log lines of the request with this id.
-    fn lines_of(&self, request_id: &str) -> Vec<String> {
-        let field = format!("request_id=\"{request_id}\"");
-        self.logs
-            .lines()
-            .into_iter()
-            .filter(|line| line.contains(&field))
-            .collect()
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        if self.child.try_wait().unwrap().is_none() {
-            kill(&mut self.child);
-        }
-    }
+/// The log lines of the request with this id.
+fn lines_of(instance: &Instance, request_id: &str) -> Vec<String> {
+    let field = format!("request_id=\"{request_id}\"");
+    instance
+        .logs
+        .lines()
+        .into_iter()
+        .filter(|line| line.contains(&field))
+        .collect()
 }
 
 #[tokio::test]
 async fn a_client_request_id_is_echoed_and_on_every_log_line_of_its_request() {
     let llm = FakeLlm::start().await.unwrap();
-    let instance = Instance::start(&llm, &[]);
+    let instance = Binary::new().upstream(&llm).spawn();
     let client = reqwest::Client::new();
     let reply = client
         .post(instance.url("/v1/responses"))
@@ -93,7 +49,7 @@ async fn a_client_request_id_is_echoed_and_on_every_log_line_of_its_request() {
     ] {
         assert!(access.contains(part), "{part} in the access line: {access}");
     }
-    let lines = instance.lines_of("trace-42.a");
+    let lines = lines_of(&instance, "trace-42.a");
     let started = lines.iter().find(|l| l.contains("run started")).unwrap();
     assert!(started.contains(id), "{started}");
     let stopped = lines.iter().find(|l| l.contains("run stopped")).unwrap();
@@ -118,7 +74,7 @@ async fn a_client_request_id_is_echoed_and_on_every_log_line_of_its_request() {
 #[tokio::test]
 async fn a_request_without_an_id_or_with_an_unusable_one_gets_a_new_one() {
     let llm = FakeLlm::start().await.unwrap();
-    let instance = Instance::start(&llm, &[]);
+    let instance = Binary::new().upstream(&llm).spawn();
     let client = reqwest::Client::new();
     let long = "x".repeat(129);
     for given in [None, Some("two words"), Some(long.as_str()), Some("")] {
@@ -171,7 +127,7 @@ async fn a_streamed_run_logs_under_its_request_id_and_the_access_line_names_the_
         "get_weather",
         "{\"city\":\"Oslo\"}",
     ));
-    let instance = Instance::start(&llm, &[]);
+    let instance = Binary::new().upstream(&llm).spawn();
     let reply = reqwest::Client::new()
         .post(instance.url("/v1/responses"))
         .header("x-request-id", "stream-7")
@@ -207,7 +163,10 @@ async fn a_streamed_run_logs_under_its_request_id_and_the_access_line_names_the_
 #[tokio::test]
 async fn readiness_fails_as_soon_as_shutdown_begins_while_requests_are_still_served() {
     let llm = FakeLlm::start().await.unwrap();
-    let instance = Instance::start(&llm, &[("SWITCHYARD__SERVER__DRAIN_DELAY_MS", "3000")]);
+    let instance = Binary::new()
+        .upstream(&llm)
+        .env("SWITCHYARD__SERVER__DRAIN_DELAY_MS", "3000")
+        .spawn();
     let client = reqwest::Client::new();
     let ready = client.get(instance.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
@@ -299,7 +258,7 @@ async fn scrape(instance: &Instance) -> String {
 #[tokio::test]
 async fn metrics_count_requests_runs_turns_tools_streams_and_the_writer_after_a_mixed_load() {
     let llm = FakeLlm::start().await.unwrap();
-    let instance = Instance::start(&llm, &[]);
+    let instance = Binary::new().upstream(&llm).spawn();
     let client = reqwest::Client::new();
     let post = |body: serde_json::Value| {
         let request = client.post(instance.url("/v1/responses")).json(&body);
@@ -518,21 +477,20 @@ async fn tls_connections(admin_url: &str, database: &str) -> (i64, i64) {
 
 #[tokio::test]
 async fn postgres_with_sslmode_require_connects_over_tls_and_an_untrusted_certificate_is_refused() {
-    let Some(url) = fresh_postgres_url().await else {
+    let Some(db) = Database::postgres().await else {
         return; // PostgreSQL only.
     };
+    let url = &db.url;
     let admin = std::env::var("TEST_DATABASE_URL").unwrap();
     let database = url.rsplit('/').next().unwrap().to_string();
     let llm = FakeLlm::start().await.unwrap();
-    let (mut child, address, _) = spawn_binary_logged(
-        &format!("{url}?sslmode=require"),
-        &llm.base_url(),
-        None,
-        &[],
-    );
+    let mut instance = Binary::new()
+        .database(&format!("{url}?sslmode=require"))
+        .upstream(&llm)
+        .spawn();
     llm.push(Turn::text("over TLS"));
     let reply = reqwest::Client::new()
-        .post(format!("http://{address}/v1/responses"))
+        .post(instance.url("/v1/responses"))
         .json(&json!({"model": "gpt-4o-mini", "input": "hi"}))
         .send()
         .await
@@ -540,19 +498,14 @@ async fn postgres_with_sslmode_require_connects_over_tls_and_an_untrusted_certif
     assert_eq!(reply.status(), 200);
     let (tls, all) = tls_connections(&admin, &database).await;
     assert!(all > 0 && tls == all, "{tls} of {all} connections use TLS");
-    kill(&mut child);
+    instance.kill();
 
     // verify-full checks the server's certificate, which no trusted authority signed here.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .arg("migrate")
-        .env(
-            "SWITCHYARD__DATABASE__URL",
-            format!("{url}?sslmode=verify-full"),
-        )
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
+    let output = Binary::new()
+        .database(&format!("{url}?sslmode=verify-full"))
+        .run(&["migrate"]);
+    let err = &output.stderr;
+    assert_ne!(output.code, 0);
     assert!(err.contains("certificate"), "{err}");
 }
 
@@ -604,57 +557,52 @@ async fn newer_release_applied(url: &str, version: i64, requires: i64) {
     .await;
 }
 
-fn switchyard_on(url: &str, arg: &str) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .arg(arg)
-        .env("SWITCHYARD__DATABASE__URL", url)
-        .env("SWITCHYARD__SERVER__PORT", "0")
-        .env("SWITCHYARD__AUTH__MODE", "open")
-        // An upstream on this machine needs no key (nothing is asked of it here).
-        .env("SWITCHYARD__LLM__BASE_URL", "http://127.0.0.1:9/v1")
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn an_older_binary_runs_on_a_newer_schema_that_allows_it_and_refuses_one_that_does_not() {
-    for (url, _dir) in database_urls().await {
-        let first = switchyard_on(&url, "migrate");
-        let out = String::from_utf8_lossy(&first.stdout);
-        assert!(first.status.success(), "{out}");
+    for db in backends().await {
+        let url = &db.url;
+        let switchyard = Binary::new()
+            .database(url)
+            .env("SWITCHYARD__SERVER__PORT", "0")
+            .env("SWITCHYARD__AUTH__MODE", "open")
+            // An upstream on this machine needs no key (nothing is asked of it here).
+            .env("SWITCHYARD__LLM__BASE_URL", "http://127.0.0.1:9/v1")
+            .env("RUST_LOG", "warn");
+        let first = switchyard.run(&["migrate"]);
+        let out = &first.stdout;
+        assert_eq!(first.code, 0, "{out}");
         assert!(out.contains("applied migrations 1 to "), "{out}");
-        let again = switchyard_on(&url, "migrate");
-        let out = String::from_utf8_lossy(&again.stdout);
+        let again = switchyard.run(&["migrate"]);
+        let out = &again.stdout;
         assert!(out.contains("no migration to apply"), "{out}");
 
         // A newer release added migration 900, which this release can run on.
-        newer_release_applied(&url, 900, 10).await;
-        let migrate = switchyard_on(&url, "migrate");
-        let out = String::from_utf8_lossy(&migrate.stdout);
-        assert!(migrate.status.success(), "{out}");
+        newer_release_applied(url, 900, 10).await;
+        let migrate = switchyard.run(&["migrate"]);
+        let out = &migrate.stdout;
+        assert_eq!(migrate.code, 0, "{out}");
         assert!(
             out.contains("also has migration(s) 900 of a newer release, which this one can run on"),
             "{out}"
         );
         let llm = FakeLlm::start().await.unwrap();
-        let (mut child, address, _) = spawn_binary_logged(&url, &llm.base_url(), None, &[]);
+        let mut instance = Binary::new().database(url).upstream(&llm).spawn();
         llm.push(Turn::text("still here"));
         let reply = reqwest::Client::new()
-            .post(format!("http://{address}/v1/responses"))
+            .post(instance.url("/v1/responses"))
             .json(&json!({"model": "gpt-4o-mini", "input": "hi"}))
             .send()
             .await
             .unwrap();
         assert_eq!(reply.status(), 200);
-        kill(&mut child);
+        instance.kill();
 
         // Then migration 901, which needs binaries that know it.
-        newer_release_applied(&url, 901, 901).await;
+        newer_release_applied(url, 901, 901).await;
         for command in ["migrate", "serve"] {
-            let refused = switchyard_on(&url, command);
-            let err = String::from_utf8_lossy(&refused.stderr);
-            assert!(!refused.status.success(), "{command}: {err}");
+            let refused = switchyard.run(&[command]);
+            let err = &refused.stderr;
+            assert_ne!(refused.code, 0, "{command}: {err}");
             assert!(
                 err.contains("cannot run on: 901 (needs a binary that knows migration 901)")
                     && err.contains("restore the backup"),

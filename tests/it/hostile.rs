@@ -2,15 +2,13 @@
 //! slow clients timed out and connections capped, log lines that cannot be forged, secrets kept
 //! out of what is shown, and an upstream that fails retried (before its first byte only),
 //! limited, and replaced by a fallback; a database that cannot be reached a quick 503.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{Database, FakeLlm, Step, TestApp, Turn, backends, http_tool, serve};
 
 fn ask(extra: Value) -> Value {
     let mut body = json!({"model": "gpt-4o-mini", "input": "hi"});
@@ -30,15 +28,17 @@ fn deep(levels: usize) -> Value {
 
 #[tokio::test]
 async fn every_limit_is_a_400_naming_the_field() {
-    let app = spawn_app_with(|c| {
-        c.limits.max_tools = 3;
-        c.limits.max_schema_bytes = 2_000;
-        c.limits.max_schema_depth = 5;
-        c.limits.max_input_items = 4;
-        c.limits.max_input_bytes = 10_000;
-        c.limits.max_instructions_bytes = 100;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.limits.max_tools = 3;
+            c.limits.max_schema_bytes = 2_000;
+            c.limits.max_schema_depth = 5;
+            c.limits.max_input_items = 4;
+            c.limits.max_input_bytes = 10_000;
+            c.limits.max_instructions_bytes = 100;
+        })
+        .start()
+        .await;
     let function = |name: &str, parameters: Value| json!({"type": "function", "name": name, "parameters": parameters});
     let items: Vec<Value> = (0..5)
         .map(|n| json!({"role": "user", "content": format!("m{n}")}))
@@ -112,26 +112,25 @@ async fn big_output_tool(bytes: usize) -> String {
         "/big",
         axum::routing::post(move || async move { "é".repeat(bytes / 2) }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/big")
+    format!("{}/big", serve(app).await)
 }
 
 #[tokio::test]
 async fn a_tool_output_over_the_limit_is_cut_with_a_marker() {
     let url = big_output_tool(50_000).await;
-    let app = spawn_app_with(move |c| {
-        c.limits.max_tool_output_bytes = 1_001;
-        c.tool_servers.insert(
-            "big".into(),
-            switchyard::config::ToolServerConfig {
-                tools: vec![http_tool("big", url, None)],
-                ..Default::default()
-            },
-        );
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(move |c| {
+            c.limits.max_tool_output_bytes = 1_001;
+            c.tool_servers.insert(
+                "big".into(),
+                switchyard::config::ToolServerConfig {
+                    tools: vec![http_tool("big", url, None)],
+                    ..Default::default()
+                },
+            );
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_call("c1", "big", "{}"));
     app.llm.push(Turn::text("ok"));
     let (status, body) = app
@@ -156,8 +155,9 @@ async fn a_tool_output_over_the_limit_is_cut_with_a_marker() {
 /// queries; malformed JSON, wrong types, absurd numbers. Each answer is checked: never a 5xx.
 #[tokio::test]
 async fn a_run_of_hostile_requests_never_gets_a_server_error() {
-    for (url, _dir) in database_urls().await {
-        let app = spawn_app_on(&url, |_| {}).await;
+    for db in backends().await {
+        let url = &db.url;
+        let app = TestApp::builder().database(url).start().await;
         app.llm
             .push(Turn::tool_call("call_n", "get_weather", r#"{"city": "x"}"#));
         let (_, paused) = app
@@ -271,12 +271,14 @@ async fn read_to_close(stream: &mut tokio::net::TcpStream, limit: Duration) -> O
 
 #[tokio::test]
 async fn slow_clients_are_timed_out_and_connections_capped() {
-    let app = spawn_app_with(|c| {
-        c.server.header_read_timeout_seconds = 1;
-        c.server.body_read_timeout_seconds = 1;
-        c.server.max_connections = 4;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.server.header_read_timeout_seconds = 1;
+            c.server.body_read_timeout_seconds = 1;
+            c.server.max_connections = 4;
+        })
+        .start()
+        .await;
     // Headers that never end: closed.
     let mut stalled = connect(&app).await;
     stalled
@@ -326,16 +328,18 @@ async fn a_tool_url_secret_never_reaches_the_client_or_the_model() {
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     let url = format!("http://127.0.0.1:{port}/search?api_key=sk-SECRET-123");
-    let app = spawn_app_with(move |c| {
-        c.tool_servers.insert(
-            "search".into(),
-            switchyard::config::ToolServerConfig {
-                tools: vec![http_tool("search", url, Some(1_000))],
-                ..Default::default()
-            },
-        );
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(move |c| {
+            c.tool_servers.insert(
+                "search".into(),
+                switchyard::config::ToolServerConfig {
+                    tools: vec![http_tool("search", url, Some(1_000))],
+                    ..Default::default()
+                },
+            );
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_call("c1", "search", "{}"));
     app.llm.push(Turn::text("sorry"));
     let (status, body) = app
@@ -355,11 +359,13 @@ async fn a_tool_url_secret_never_reaches_the_client_or_the_model() {
 
 #[tokio::test]
 async fn an_upstream_that_fails_before_streaming_is_retried_and_never_after() {
-    let app = spawn_app_with(|c| {
-        c.llm.retries = 2;
-        c.llm.retry_initial_ms = 50;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.llm.retries = 2;
+            c.llm.retry_initial_ms = 50;
+        })
+        .start()
+        .await;
     app.llm.push(Turn::error(503, "overloaded"));
     app.llm.push(Turn::error(500, "oops"));
     app.llm.push(Turn::text("third time lucky"));
@@ -392,12 +398,14 @@ async fn an_upstream_that_fails_before_streaming_is_retried_and_never_after() {
 
 #[tokio::test]
 async fn an_upstream_429_honours_retry_after_and_is_a_429_once_retries_are_spent() {
-    let app = spawn_app_with(|c| {
-        c.llm.retries = 1;
-        c.llm.retry_initial_ms = 10;
-        c.llm.retry_max_ms = 2_000;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.llm.retries = 1;
+            c.llm.retry_initial_ms = 10;
+            c.llm.retry_max_ms = 2_000;
+        })
+        .start()
+        .await;
     let limited = |after: u64| Turn {
         steps: vec![Step::Status {
             status: 429,
@@ -444,25 +452,27 @@ async fn an_upstream_429_honours_retry_after_and_is_a_429_once_retries_are_spent
 
 #[tokio::test]
 async fn a_model_falls_back_to_another_provider_when_its_own_fails() {
-    let backup = fake_llm::FakeLlm::start().await.unwrap();
+    let backup = FakeLlm::start().await.unwrap();
     let backup_url = backup.base_url();
-    let app = spawn_app_with(move |c| {
-        c.providers.insert(
-            "backup".into(),
-            switchyard::config::ProviderConfig {
-                base_url: Some(backup_url),
-                models: vec!["llama3".into()],
-                ..Default::default()
-            },
-        );
-        c.fallbacks.insert(
-            "gpt-4o-mini".into(),
-            switchyard::config::FallbackConfig {
-                model: "llama3".into(),
-            },
-        );
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(move |c| {
+            c.providers.insert(
+                "backup".into(),
+                switchyard::config::ProviderConfig {
+                    base_url: Some(backup_url),
+                    models: vec!["llama3".into()],
+                    ..Default::default()
+                },
+            );
+            c.fallbacks.insert(
+                "gpt-4o-mini".into(),
+                switchyard::config::FallbackConfig {
+                    model: "llama3".into(),
+                },
+            );
+        })
+        .start()
+        .await;
     app.llm.push(Turn::error(500, "primary down"));
     backup.push(Turn::text("from the backup"));
     let (status, body) = app.post("/v1/responses", &ask(json!({}))).await;
@@ -477,7 +487,10 @@ async fn a_model_falls_back_to_another_provider_when_its_own_fails() {
 
 #[tokio::test]
 async fn a_provider_serves_at_most_its_concurrent_requests() {
-    let app = spawn_app_with(|c| c.llm.provider.max_concurrent_requests = Some(1)).await;
+    let app = TestApp::builder()
+        .config(|c| c.llm.provider.max_concurrent_requests = Some(1))
+        .start()
+        .await;
     app.llm.push(Turn::text("first").delayed(600));
     app.llm.push(Turn::text("second"));
     let started = Instant::now();
@@ -567,9 +580,10 @@ impl Proxy {
 
 #[tokio::test]
 async fn a_database_that_cannot_be_reached_is_a_quick_503_and_work_resumes_when_it_is_back() {
-    let Some(url) = fresh_postgres_url().await else {
+    let Some(db) = Database::postgres().await else {
         return; // PostgreSQL only: an SQLite file is always there.
     };
+    let url = &db.url;
     let target = url
         .split("://")
         .nth(1)
@@ -583,7 +597,7 @@ async fn a_database_that_cannot_be_reached_is_a_quick_503_and_work_resumes_when_
         .to_string();
     let proxy = Proxy::to(target.clone()).await;
     let proxied = url.replacen(&target, &proxy.addr.to_string(), 1);
-    let app = spawn_app_on(&proxied, |_| {}).await;
+    let app = TestApp::builder().database(&proxied).start().await;
     app.llm.push(Turn::text("up"));
     assert_eq!(app.post("/v1/responses", &ask(json!({}))).await.0, 200);
 
@@ -628,9 +642,10 @@ async fn a_database_that_cannot_be_reached_is_a_quick_503_and_work_resumes_when_
 
 #[tokio::test]
 async fn readiness_answers_within_a_second_when_the_database_does_not() {
-    let Some(url) = fresh_postgres_url().await else {
+    let Some(db) = Database::postgres().await else {
         return; // PostgreSQL only: an SQLite file always answers.
     };
+    let url = &db.url;
     let target = url
         .split("://")
         .nth(1)
@@ -644,7 +659,7 @@ async fn readiness_answers_within_a_second_when_the_database_does_not() {
         .to_string();
     let proxy = Proxy::to(target.clone()).await;
     let proxied = url.replacen(&target, &proxy.addr.to_string(), 1);
-    let app = spawn_app_on(&proxied, |_| {}).await;
+    let app = TestApp::builder().database(&proxied).start().await;
     assert_eq!(app.get("/readyz").await.0, 200);
     proxy.stall();
     for _ in 0..3 {

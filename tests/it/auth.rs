@@ -1,34 +1,22 @@
 //! API keys and tenants: a request needs a valid key; a tenant sees only its own responses,
 //! everywhere one response can be named; a key's policy (models, tool servers and tools,
 //! request rate, concurrent runs) holds; usage is recorded per key.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use switchyard::auth::{self, KeyPolicy};
-use switchyard::config::AuthMode;
-use switchyard::store::{self, RunStore};
+use switchyard::config::{AuthMode, Config};
+use switchyard::store::RunStore;
 use tokio_tungstenite::tungstenite::Message;
 
-async fn keyed_app() -> (TestApp, Arc<dyn RunStore>) {
-    keyed_app_on(None).await
-}
+use crate::support::{ConfigFile, Database, TestApp, Turn, backends};
 
-/// An app in keys mode, and a store on its database to make keys with.
-async fn keyed_app_on(url: Option<&str>) -> (TestApp, Arc<dyn RunStore>) {
-    let keys = |c: &mut switchyard::config::Config| c.auth.mode = AuthMode::Keys;
-    let app = match url {
-        Some(url) => spawn_app_on(url, keys).await,
-        None => spawn_app_with(keys).await,
-    };
-    let store = store::connect(&app.database_url, 2).await.unwrap();
-    (app, store)
+/// Keys mode: every request needs an API key.
+fn keys(config: &mut Config) {
+    config.auth.mode = AuthMode::Keys;
 }
 
 async fn key(store: &Arc<dyn RunStore>, tenant: &str, policy: KeyPolicy) -> String {
@@ -92,7 +80,8 @@ fn weather() -> Value {
 
 #[tokio::test]
 async fn a_request_without_a_valid_key_is_a_401_in_the_openai_envelope() {
-    let (app, store) = keyed_app().await;
+    let app = TestApp::builder().config(keys).start().await;
+    let store = app.store().await;
     let good = key(&store, "acme", KeyPolicy::default()).await;
     let body = json!({"model": "gpt-4o-mini", "input": "hi"});
     for (who, key) in [
@@ -164,13 +153,14 @@ async fn a_request_without_a_valid_key_is_a_401_in_the_openai_envelope() {
 /// items everywhere a request can, and gets what it would get for ids that do not exist.
 #[tokio::test]
 async fn a_tenant_sees_only_its_own_responses_wherever_it_names_one() {
-    for (url, _dir) in database_urls().await {
-        isolation_matrix(&url).await;
+    for db in backends().await {
+        isolation_matrix(&db.url).await;
     }
 }
 
 async fn isolation_matrix(url: &str) {
-    let (app, store) = keyed_app_on(Some(url)).await;
+    let app = TestApp::builder().database(url).config(keys).start().await;
+    let store = app.store().await;
     let a = As {
         app: &app,
         key: Some(key(&store, "tenant-a", KeyPolicy::default()).await),
@@ -405,7 +395,8 @@ fn socket_request(
 
 #[tokio::test]
 async fn a_keys_policy_limits_its_models_tool_servers_and_tools() {
-    let (app, store) = keyed_app().await;
+    let app = TestApp::builder().config(keys).start().await;
+    let store = app.store().await;
     let policy = KeyPolicy {
         tool_servers: Some(vec!["builtin".into()]),
         denied_tools: vec!["fetch_url".into()],
@@ -473,7 +464,8 @@ async fn a_keys_policy_limits_its_models_tool_servers_and_tools() {
 
 #[tokio::test]
 async fn a_keys_request_rate_and_concurrent_runs_are_limited_with_retry_after() {
-    let (app, store) = keyed_app().await;
+    let app = TestApp::builder().config(keys).start().await;
+    let store = app.store().await;
     let policy = KeyPolicy {
         requests_per_minute: Some(3),
         ..KeyPolicy::default()
@@ -555,7 +547,8 @@ async fn a_keys_request_rate_and_concurrent_runs_are_limited_with_retry_after() 
 
 #[tokio::test]
 async fn token_usage_is_recorded_per_tenant_key_and_model() {
-    let (app, store) = keyed_app().await;
+    let app = TestApp::builder().config(keys).start().await;
+    let store = app.store().await;
     let caller = As {
         app: &app,
         key: Some(key(&store, "acme", KeyPolicy::default()).await),
@@ -594,17 +587,13 @@ async fn token_usage_is_recorded_per_tenant_key_and_model() {
 
 #[test]
 fn open_mode_listens_on_loopback_only_unless_the_operator_says_otherwise() {
-    use switchyard::config::Config;
     let load = |host: &str, any: bool| {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("c.toml");
-        std::fs::write(
-            &file,
-            format!("[server]\nhost = \"{host}\"\n[auth]\nmode = \"open\"\nopen_on_any_address = {any}\n"),
-        )
-        .unwrap();
+        let file = ConfigFile::new(&format!(
+            "[server]\nhost = \"{host}\"\n[auth]\nmode = \"open\"\nopen_on_any_address = {any}\n"
+        ));
+        let path = std::path::Path::new(&file.path);
         let config =
-            Config::load_with_env(Some(&file), figment::providers::Env::raw().only(&[])).unwrap();
+            Config::load_with_env(Some(path), figment::providers::Env::raw().only(&[])).unwrap();
         // Only auth's own errors: the default provider has no key in a test's environment.
         let errors = config.validate().errors;
         errors
@@ -624,11 +613,20 @@ fn open_mode_listens_on_loopback_only_unless_the_operator_says_otherwise() {
 /// and once revoked both refuse it within the cache's 5 seconds.
 #[tokio::test]
 async fn a_key_works_on_every_instance_at_once_and_is_refused_by_all_once_revoked() {
-    let Some(url) = fresh_postgres_url().await else {
+    let Some(db) = Database::postgres().await else {
         return; // One instance serves an SQLite file.
     };
-    let (first, store) = keyed_app_on(Some(&url)).await;
-    let (second, _) = keyed_app_on(Some(&url)).await;
+    let first = TestApp::builder()
+        .database(&db.url)
+        .config(keys)
+        .start()
+        .await;
+    let second = TestApp::builder()
+        .database(&db.url)
+        .config(keys)
+        .start()
+        .await;
+    let store = first.store().await;
     let secret = key(&store, "acme", KeyPolicy::default()).await;
     for app in [&first, &second] {
         let (status, _) = As {
@@ -669,13 +667,15 @@ async fn a_key_works_on_every_instance_at_once_and_is_refused_by_all_once_revoke
 
 #[tokio::test]
 async fn a_key_names_tool_servers_by_url_only_when_its_tool_servers_list_says_request() {
-    let app = spawn_app_with(|c: &mut switchyard::config::Config| {
-        c.auth.mode = AuthMode::Keys;
-        c.tools.request_mcp.allowed_hosts = vec!["127.0.0.1".into()];
-        c.tools.request_mcp.allow_private = true;
-    })
-    .await;
-    let store = store::connect(&app.database_url, 2).await.unwrap();
+    let app = TestApp::builder()
+        .config(|c: &mut switchyard::config::Config| {
+            c.auth.mode = AuthMode::Keys;
+            c.tools.request_mcp.allowed_hosts = vec!["127.0.0.1".into()];
+            c.tools.request_mcp.allow_private = true;
+        })
+        .start()
+        .await;
+    let store = app.store().await;
     // Nothing listens there: a key allowed to name it gets a run whose listing failed.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -2,19 +2,20 @@
 //! restarted process (SQLite) takes the run over and completes it — no event lost or
 //! repeated. A tool with side effects that was running is not run again; a read-only one runs
 //! again with its turn.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::routing::post;
-use common::*;
 use serde_json::{Value, json};
 use switchyard::config::HttpToolConfig;
 use tokio::sync::oneshot;
+
+use crate::support::{
+    Binary, ConfigFile, Database, FakeLlm, TestApp, Turn, assert_numbering, http_tool,
+    read_until_cut, serve,
+};
 
 /// A tool endpoint at `path` answering `answer`: counts its calls; the first takes its time
 /// (the instance is killed during it), later ones answer at once.
@@ -35,10 +36,7 @@ async fn tool_endpoint(
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}{path}")
+    format!("{}{path}", serve(app).await)
 }
 
 /// A tool of `payments`, with the timeout the tests' killed calls stay within.
@@ -50,8 +48,7 @@ fn payments_tool(name: &str, url: String, read_only: bool) -> HttpToolConfig {
 }
 
 /// A configuration file with the `payments` tool server.
-fn tool_config(dir: &std::path::Path, tools: &[Tool]) -> std::path::PathBuf {
-    let path = dir.join("tools.toml");
+fn tool_config(tools: &[Tool]) -> ConfigFile {
     let server = switchyard::config::ToolServerConfig {
         tools: tools.iter().map(|(tool, _)| tool.clone()).collect(),
         ..Default::default()
@@ -60,8 +57,7 @@ fn tool_config(dir: &std::path::Path, tools: &[Tool]) -> std::path::PathBuf {
         "tool_servers",
         std::collections::BTreeMap::from([("payments", server)]),
     )]);
-    std::fs::write(&path, toml::to_string(&file).unwrap()).unwrap();
-    path
+    ConfigFile::new(&toml::to_string(&file).unwrap())
 }
 
 /// A tool of `payments`, and the count of calls its endpoint received.
@@ -83,15 +79,18 @@ struct Takeover {
 async fn kill_while_tool_runs(
     database_url: &str,
     b_is_restart: bool,
-    llm: &fake_llm::FakeLlm,
+    llm: FakeLlm,
     tools: &[Tool],
 ) -> Takeover {
-    let dir = tempfile::tempdir().unwrap();
-    let config = tool_config(dir.path(), tools);
-    let (mut a, address) = spawn_binary(database_url, &llm.base_url(), &config);
+    let config = tool_config(tools);
+    let mut a = Binary::new()
+        .database(database_url)
+        .upstream(&llm)
+        .config_file(&config.path)
+        .spawn();
     let client = reqwest::Client::new();
     let response = client
-        .post(format!("http://{address}/v1/responses"))
+        .post(a.url("/v1/responses"))
         .json(
             &json!({"model": "gpt-4o-mini", "input": "Go ahead", "stream": true,
                       "tools": [{"type": "mcp", "server_label": "payments"}]}),
@@ -110,27 +109,29 @@ async fn kill_while_tool_runs(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let started = Instant::now();
-    kill(&mut a);
+    a.kill();
     let killed_at = started.elapsed();
     let seen_by_client = live.await.unwrap();
     let id = seen_by_client.response_id();
 
-    // B: another instance, or the same process restarted, on the same database.
-    let llm_url = llm.base_url();
+    // B: another instance, or the same process restarted, on the same database and upstream.
     let configs = tools.iter().map(|(tool, _)| tool.clone()).collect();
-    let b = spawn_app_on(database_url, move |c| {
-        c.runs.lease_ttl_ms = 1_000;
-        c.runs.sweep_interval_ms = 100;
-        c.llm.provider.base_url = Some(llm_url);
-        c.tool_servers.insert(
-            "payments".into(),
-            switchyard::config::ToolServerConfig {
-                tools: configs,
-                ..Default::default()
-            },
-        );
-    })
-    .await;
+    let b = TestApp::builder()
+        .database(database_url)
+        .upstream(llm)
+        .config(move |c| {
+            c.runs.lease_ttl_ms = 1_000;
+            c.runs.sweep_interval_ms = 100;
+            c.tool_servers.insert(
+                "payments".into(),
+                switchyard::config::ToolServerConfig {
+                    tools: configs,
+                    ..Default::default()
+                },
+            );
+        })
+        .start()
+        .await;
     let up_at = started.elapsed();
     // The takeover shows as the first event after those A wrote.
     let store = switchyard::store::connect(database_url, 1).await.unwrap();
@@ -185,7 +186,7 @@ async fn kill_while_tool_runs(
     );
     Takeover {
         done,
-        requests: llm.requests(),
+        requests: b.llm.requests(),
         timeline,
     }
 }
@@ -203,7 +204,7 @@ fn tool_messages(request: &Value) -> Vec<String> {
 
 /// A call with side effects that A started is reported interrupted, and never run again.
 async fn kill_mid_side_effect(database_url: &str, b_is_restart: bool) -> String {
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let llm = FakeLlm::start().await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let url = tool_endpoint("/charge", "charged", calls.clone()).await;
     llm.push(Turn::tool_call("call_pay", "charge_card", "{}"));
@@ -211,8 +212,7 @@ async fn kill_mid_side_effect(database_url: &str, b_is_restart: bool) -> String 
         "The payment may not have gone through; I will not retry it.",
     ));
     let tool = payments_tool("charge_card", url, false);
-    let run =
-        kill_while_tool_runs(database_url, b_is_restart, &llm, &[(tool, calls.clone())]).await;
+    let run = kill_while_tool_runs(database_url, b_is_restart, llm, &[(tool, calls.clone())]).await;
 
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -244,15 +244,14 @@ async fn kill_mid_side_effect(database_url: &str, b_is_restart: bool) -> String 
 /// A read-only call is not saved as started: B asks the model again for the turn A was in,
 /// and the call runs again, to its result.
 async fn kill_mid_read_only(database_url: &str, b_is_restart: bool) -> String {
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let llm = FakeLlm::start().await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let url = tool_endpoint("/stock", "3 in stock", calls.clone()).await;
     llm.push(Turn::tool_call("call_stock", "check_stock", "{}"));
     llm.push(Turn::tool_call("call_stock_again", "check_stock", "{}"));
     llm.push(Turn::text("There are 3 in stock."));
     let tool = payments_tool("check_stock", url, true);
-    let run =
-        kill_while_tool_runs(database_url, b_is_restart, &llm, &[(tool, calls.clone())]).await;
+    let run = kill_while_tool_runs(database_url, b_is_restart, llm, &[(tool, calls.clone())]).await;
 
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -287,7 +286,7 @@ async fn kill_mid_read_only(database_url: &str, b_is_restart: bool) -> String {
 /// A read-only call started after a call with effects in the same turn is recorded with it:
 /// the turn is not asked again, and both calls are reported interrupted.
 async fn kill_mid_mixed_turn(database_url: &str, b_is_restart: bool) -> String {
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let llm = FakeLlm::start().await.unwrap();
     let charges = Arc::new(AtomicUsize::new(0));
     let lookups = Arc::new(AtomicUsize::new(0));
     let charge_url = tool_endpoint("/charge", "charged", charges.clone()).await;
@@ -301,7 +300,7 @@ async fn kill_mid_mixed_turn(database_url: &str, b_is_restart: bool) -> String {
         (payments_tool("charge_card", charge_url, false), charges),
         (payments_tool("check_stock", stock_url, true), lookups),
     ];
-    let run = kill_while_tool_runs(database_url, b_is_restart, &llm, &tools).await;
+    let run = kill_while_tool_runs(database_url, b_is_restart, llm, &tools).await;
 
     let calls: Vec<usize> = tools
         .iter()
@@ -326,55 +325,49 @@ async fn kill_mid_mixed_turn(database_url: &str, b_is_restart: bool) -> String {
 
 #[tokio::test]
 async fn a_run_of_an_instance_killed_mid_tool_call_is_completed_by_another_on_postgres() {
-    let Some(url) = fresh_postgres_url().await else {
-        eprintln!("TEST_DATABASE_URL is not set: skipping");
+    let Some(db) = Database::postgres().await else {
         return;
     };
-    let timeline = kill_mid_side_effect(&url, false).await;
+    let timeline = kill_mid_side_effect(&db.url, false).await;
     eprintln!("{timeline}");
 }
 
 #[tokio::test]
 async fn a_run_of_a_process_killed_mid_tool_call_is_completed_after_a_restart_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/crash.db", dir.path().display());
-    let timeline = kill_mid_side_effect(&url, true).await;
+    let db = Database::sqlite();
+    let timeline = kill_mid_side_effect(&db.url, true).await;
     eprintln!("{timeline}");
 }
 
 #[tokio::test]
 async fn a_read_only_call_cut_by_a_crash_runs_again_with_its_turn_on_another_instance_on_postgres()
 {
-    let Some(url) = fresh_postgres_url().await else {
-        eprintln!("TEST_DATABASE_URL is not set: skipping");
+    let Some(db) = Database::postgres().await else {
         return;
     };
-    let timeline = kill_mid_read_only(&url, false).await;
+    let timeline = kill_mid_read_only(&db.url, false).await;
     eprintln!("{timeline}");
 }
 
 #[tokio::test]
 async fn a_read_only_call_cut_by_a_crash_runs_again_with_its_turn_after_a_restart_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/crash.db", dir.path().display());
-    let timeline = kill_mid_read_only(&url, true).await;
+    let db = Database::sqlite();
+    let timeline = kill_mid_read_only(&db.url, true).await;
     eprintln!("{timeline}");
 }
 
 #[tokio::test]
 async fn a_read_only_call_after_a_call_with_effects_is_reported_interrupted_with_it_on_postgres() {
-    let Some(url) = fresh_postgres_url().await else {
-        eprintln!("TEST_DATABASE_URL is not set: skipping");
+    let Some(db) = Database::postgres().await else {
         return;
     };
-    let timeline = kill_mid_mixed_turn(&url, false).await;
+    let timeline = kill_mid_mixed_turn(&db.url, false).await;
     eprintln!("{timeline}");
 }
 
 #[tokio::test]
 async fn a_read_only_call_after_a_call_with_effects_is_reported_interrupted_with_it_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/crash.db", dir.path().display());
-    let timeline = kill_mid_mixed_turn(&url, true).await;
+    let db = Database::sqlite();
+    let timeline = kill_mid_mixed_turn(&db.url, true).await;
     eprintln!("{timeline}");
 }

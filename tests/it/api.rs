@@ -1,11 +1,11 @@
 //! The Responses API over HTTP against the real router, on SQLite, with a scripted fake LLM.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+
+use crate::support::{
+    FakeLlm, Step, TestApp, Turn, assert_numbering, assert_response_keys, read_sse,
+};
 
 fn hello() -> Value {
     json!({"model": "gpt-4o-mini", "input": "Say hello"})
@@ -13,7 +13,7 @@ fn hello() -> Value {
 
 #[tokio::test]
 async fn a_streamed_text_run_sends_the_spec_event_sequence_numbered_from_zero() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("Hello there world"));
 
     let sse = app.stream(&hello()).await;
@@ -91,7 +91,7 @@ async fn a_streamed_text_run_sends_the_spec_event_sequence_numbered_from_zero() 
 
 #[tokio::test]
 async fn a_non_streamed_run_returns_the_completed_response_with_every_key() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("Fine, thanks"));
 
     let (status, body) = app
@@ -130,7 +130,7 @@ async fn a_non_streamed_run_returns_the_completed_response_with_every_key() {
 
 #[tokio::test]
 async fn a_stored_run_can_be_retrieved_and_deleted() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let (_, created) = app.post("/v1/responses", &hello()).await;
     let id = created["id"].as_str().unwrap();
 
@@ -160,7 +160,7 @@ async fn a_stored_run_can_be_retrieved_and_deleted() {
 
 #[tokio::test]
 async fn a_continuation_sends_the_whole_chain_to_the_model_without_old_instructions() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("Paris"));
     app.llm.push(Turn::text("About two million"));
     app.llm.push(Turn::text("Yes"));
@@ -210,7 +210,7 @@ async fn a_continuation_sends_the_whole_chain_to_the_model_without_old_instructi
 
 #[tokio::test]
 async fn input_items_are_listed_in_pages_in_either_order() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let input: Vec<Value> = (0..5)
         .map(|i| json!({"role": "user", "content": format!("message {i}")}))
         .collect();
@@ -302,7 +302,7 @@ async fn expect_error(
 
 #[tokio::test]
 async fn bad_requests_get_a_400_naming_the_field_and_run_nothing() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     expect_error(
         &app,
         json!({"input": "hi"}),
@@ -423,7 +423,7 @@ async fn bad_requests_get_a_400_naming_the_field_and_run_nothing() {
 async fn values_passed_on_or_echoed_of_the_wrong_type_are_a_400_naming_the_field() {
     // Found by schemathesis (tests/openapi): they were accepted, then echoed by the Response
     // object against its documented schema (or ignored, or sent upstream as they were).
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let with = |extra: Value| {
         let mut body = json!({"model": "gpt-4o-mini", "input": "hi"});
         body.as_object_mut()
@@ -504,7 +504,10 @@ async fn values_passed_on_or_echoed_of_the_wrong_type_are_a_400_naming_the_field
 
 #[tokio::test]
 async fn malformed_bodies_and_unknown_routes_get_the_error_envelope() {
-    let app = spawn_app_with(|c| c.server.body_limit_bytes = 1024).await;
+    let app = TestApp::builder()
+        .config(|c| c.server.body_limit_bytes = 1024)
+        .start()
+        .await;
     let post_raw = |body: String, content_type: &'static str| {
         app.client
             .post(app.url("/v1/responses"))
@@ -556,7 +559,7 @@ async fn malformed_bodies_and_unknown_routes_get_the_error_envelope() {
 
 #[tokio::test]
 async fn upstream_failures_mid_stream_end_with_error_then_response_failed() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let cut = Turn {
         // The pause lets the first chunk leave before the connection drops.
         steps: vec![
@@ -631,7 +634,7 @@ async fn upstream_failures_mid_stream_end_with_error_then_response_failed() {
 
 #[tokio::test]
 async fn upstream_failures_without_a_stream_are_502_or_504_and_the_run_is_stored_failed() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::error(500, "boom"));
     let (status, body) = app.post("/v1/responses", &hello()).await;
     assert_eq!(status, 502);
@@ -659,7 +662,7 @@ async fn upstream_failures_without_a_stream_are_502_or_504_and_the_run_is_stored
 
 #[tokio::test]
 async fn reaching_max_output_tokens_makes_the_item_and_the_response_incomplete() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn {
         steps: vec![
             Step::Text {
@@ -699,7 +702,7 @@ async fn reaching_max_output_tokens_makes_the_item_and_the_response_incomplete()
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_does_not_lose_the_run() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm
         .push(Turn::text("one two three four five six").paced(100));
     let response = app
@@ -726,7 +729,7 @@ async fn a_client_that_disconnects_mid_stream_does_not_lose_the_run() {
 
 #[tokio::test]
 async fn a_stored_event_log_replays_with_original_numbers_from_any_point() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("a b c"));
     let live = app.stream(&hello()).await;
     let id = live.response_id();
@@ -764,7 +767,7 @@ async fn a_stored_event_log_replays_with_original_numbers_from_any_point() {
 
 #[tokio::test]
 async fn a_run_with_store_false_is_not_kept_after_it_stops() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let (status, body) = app
         .post(
             "/v1/responses",
@@ -797,7 +800,10 @@ async fn a_run_with_store_false_is_not_kept_after_it_stops() {
 
 #[tokio::test]
 async fn a_quiet_stream_carries_ping_comments() {
-    let app = spawn_app_with(|c| c.server.heartbeat_seconds = 1).await;
+    let app = TestApp::builder()
+        .config(|c| c.server.heartbeat_seconds = 1)
+        .start()
+        .await;
     app.llm.push(Turn::text("late but fine").delayed(1_500));
     let sse = app.stream(&hello()).await;
     assert!(sse.comments.iter().any(|c| c == "ping"), "{:?}", sse.raw);
@@ -806,7 +812,7 @@ async fn a_quiet_stream_carries_ping_comments() {
 
 #[tokio::test]
 async fn models_health_and_readiness_answer() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let (status, models) = app.get("/v1/models").await;
     assert_eq!(status, 200);
     assert_eq!(models["object"], "list");
@@ -826,23 +832,25 @@ async fn models_health_and_readiness_answer() {
 
 #[tokio::test]
 async fn named_providers_route_their_own_models_over_http1_or_http2() {
-    let other = fake_llm::FakeLlm::start().await.unwrap();
+    let other = FakeLlm::start().await.unwrap();
     other.push(Turn::text("from the other provider"));
     let other_url = other.base_url();
-    let app = spawn_app_with(move |c| {
-        c.providers.insert(
-            "local".into(),
-            switchyard::config::ProviderConfig {
-                base_url: Some(other_url),
-                api_key: None,
-                api_key_env: None,
-                models: vec!["llama3".into()],
-                http2: true,
-                max_concurrent_requests: None,
-            },
-        );
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(move |c| {
+            c.providers.insert(
+                "local".into(),
+                switchyard::config::ProviderConfig {
+                    base_url: Some(other_url),
+                    api_key: None,
+                    api_key_env: None,
+                    models: vec!["llama3".into()],
+                    http2: true,
+                    max_concurrent_requests: None,
+                },
+            );
+        })
+        .start()
+        .await;
     let (status, body) = app
         .post("/v1/responses", &json!({"model": "llama3", "input": "hi"}))
         .await;
@@ -885,7 +893,7 @@ async fn post_with_key(app: &TestApp, key: &str, body: &Value) -> (u16, Value) {
 
 #[tokio::test]
 async fn an_idempotency_key_returns_the_same_run_for_a_retried_request() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("only once").delayed(200));
     let body = json!({"model": "gpt-4o-mini", "input": "charge the card"});
     // A retry while the first is still running waits for the same run.
@@ -949,7 +957,7 @@ async fn an_idempotency_key_returns_the_same_run_for_a_retried_request() {
 #[tokio::test]
 async fn a_retry_whose_response_is_gone_is_refused_and_never_runs_the_model_again() {
     // Found by schemathesis (tests/openapi): such a retry was a 500.
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("once"));
     let body = json!({"model": "gpt-4o-mini", "input": "charge the card", "background": true});
     let (status, first) = post_with_key(&app, "deleted", &body).await;
@@ -990,7 +998,7 @@ async fn a_retry_whose_response_is_gone_is_refused_and_never_runs_the_model_agai
 
 #[tokio::test]
 async fn concurrent_requests_with_one_idempotency_key_create_one_run() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("once").delayed(100));
     let body = json!({"model": "gpt-4o-mini", "input": "once", "background": true});
     let replies =
@@ -1010,7 +1018,7 @@ async fn concurrent_requests_with_one_idempotency_key_create_one_run() {
 
 #[tokio::test]
 async fn an_idempotency_key_that_is_not_visible_ascii_or_too_long_is_a_bad_request() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let body = json!({"model": "gpt-4o-mini", "input": "hi"});
     let long = "k".repeat(256);
     let odd = reqwest::header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap();

@@ -1,13 +1,11 @@
 //! Background runs: queued at once, claimed by a worker from the database, polled, and
 //! reattached to from any point of their event log.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::{Sse, Step, TestApp, Turn, assert_numbering, assert_response_keys, read_sse};
 
 fn background(input: &str) -> Value {
     json!({"model": "gpt-4o-mini", "input": input, "background": true})
@@ -15,7 +13,7 @@ fn background(input: &str) -> Value {
 
 #[tokio::test]
 async fn a_background_run_returns_queued_at_once_and_completes_for_polling() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm
         .push(Turn::text("done in the background").delayed(200));
     let (status, queued) = app.post("/v1/responses", &background("work")).await;
@@ -49,7 +47,7 @@ async fn a_background_run_returns_queued_at_once_and_completes_for_polling() {
 
 #[tokio::test]
 async fn a_streamed_background_run_shows_queued_then_the_run() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("a b c"));
     let sse = app.stream(&background("work")).await;
     assert_numbering(&sse);
@@ -75,7 +73,7 @@ async fn a_streamed_background_run_shows_queued_then_the_run() {
 
 #[tokio::test]
 async fn a_client_reattaches_mid_run_from_any_point_without_gaps_or_repeats() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm
         .push(Turn::text("one two three four five six seven eight").paced(60));
     let (_, queued) = app.post("/v1/responses", &background("count")).await;
@@ -116,7 +114,10 @@ async fn a_client_reattaches_mid_run_from_any_point_without_gaps_or_repeats() {
 
 #[tokio::test]
 async fn background_needs_store_and_a_queued_run_can_be_cancelled() {
-    let app = spawn_app_with(|c| c.runs.max_background = 1).await;
+    let app = TestApp::builder()
+        .config(|c| c.runs.max_background = 1)
+        .start()
+        .await;
     let mut unstored = background("x");
     unstored["store"] = json!(false);
     let (status, reply) = app.post("/v1/responses", &unstored).await;
@@ -162,7 +163,10 @@ async fn background_needs_store_and_a_queued_run_can_be_cancelled() {
 
 #[tokio::test]
 async fn a_queued_run_survives_a_restart_and_runs_after_it() {
-    let app = spawn_app_with(|c| c.runs.max_background = 1).await;
+    let app = TestApp::builder()
+        .config(|c| c.runs.max_background = 1)
+        .start()
+        .await;
     app.llm.push(Turn {
         steps: vec![
             Step::Text {
@@ -190,7 +194,7 @@ async fn a_queued_run_survives_a_restart_and_runs_after_it() {
 
 #[tokio::test]
 async fn a_reader_resuming_after_the_last_event_gets_done_at_once() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let live = app
         .stream(&json!({"model": "gpt-4o-mini", "input": "hi"}))
         .await;
@@ -235,7 +239,7 @@ async fn a_reader_resuming_after_the_last_event_gets_done_at_once() {
 
 #[tokio::test]
 async fn a_retried_background_request_with_its_idempotency_key_answers_at_once_with_the_same_run() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::text("slow").delayed(1500));
     let send = || {
         app.client

@@ -1,14 +1,12 @@
 //! The persisted pause: definition-only calls park the run in `requires_action`; it resumes
 //! exactly once from the database — after `submit_tool_outputs`, or a continuation — also
 //! after a restart; it expires, and it can be cancelled.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::{Sse, Step, TestApp, Turn, assert_numbering, backends, read_sse};
 
 fn weather_tool() -> Value {
     json!({"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -49,7 +47,7 @@ fn numbers(sse: &Sse) -> Vec<u64> {
 
 #[tokio::test]
 async fn a_definition_only_call_pauses_the_run_until_outputs_arrive_and_numbering_continues() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_w",
         "get_weather",
@@ -136,7 +134,7 @@ async fn a_definition_only_call_pauses_the_run_until_outputs_arrive_and_numberin
 
 #[tokio::test]
 async fn a_run_can_pause_several_times_and_resume_without_a_stream() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "get_weather",
@@ -224,7 +222,7 @@ fn describe_log(log: &Sse) -> String {
 
 #[tokio::test]
 async fn server_calls_of_the_same_turn_run_before_the_pause() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_calls(&[
         ("call_c", "calculator", r#"{"expression": "2+2"}"#),
         ("call_w", "get_weather", r#"{"city": "Paris"}"#),
@@ -271,7 +269,7 @@ async fn server_calls_of_the_same_turn_run_before_the_pause() {
 
 #[tokio::test]
 async fn submit_tool_outputs_refuses_what_does_not_answer_every_pending_call_exactly_once() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_calls(&[
         ("call_A", "get_weather", r#"{"city": "Paris"}"#),
         ("call_B", "get_weather", r#"{"city": "Rome"}"#),
@@ -333,8 +331,9 @@ async fn submit_tool_outputs_refuses_what_does_not_answer_every_pending_call_exa
 
 #[tokio::test]
 async fn of_two_concurrent_submissions_exactly_one_resumes_the_run() {
-    for (url, _dir) in database_urls().await {
-        let app = spawn_app_on(&url, |_| {}).await;
+    for db in backends().await {
+        let url = &db.url;
+        let app = TestApp::builder().database(url).start().await;
         app.llm.push(Turn::tool_call(
             "call_w",
             "get_weather",
@@ -374,8 +373,9 @@ async fn of_two_concurrent_submissions_exactly_one_resumes_the_run() {
 
 #[tokio::test]
 async fn a_paused_run_resumes_after_the_service_restarts() {
-    for (url, _dir) in database_urls().await {
-        let app = spawn_app_on(&url, |_| {}).await;
+    for db in backends().await {
+        let url = &db.url;
+        let app = TestApp::builder().database(url).start().await;
         app.llm.push(Turn::tool_call(
             "call_w",
             "get_weather",
@@ -408,11 +408,13 @@ async fn a_paused_run_resumes_after_the_service_restarts() {
 
 #[tokio::test]
 async fn a_paused_run_expires_and_then_refuses_outputs() {
-    let app = spawn_app_with(|c| {
-        c.runs.requires_action_ttl_ms = 200;
-        c.runs.sweep_interval_ms = 50;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.runs.requires_action_ttl_ms = 200;
+            c.runs.sweep_interval_ms = 50;
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_call(
         "call_w",
         "get_weather",
@@ -449,13 +451,15 @@ async fn a_paused_run_expires_and_then_refuses_outputs() {
 
 #[tokio::test]
 async fn a_late_submission_finds_the_run_expired_even_before_the_sweeper() {
-    let app = spawn_app_with(|c| {
-        c.runs.requires_action_ttl_ms = 100;
-        c.runs.sweep_interval_ms = 60_000;
-        // Leases are renewed every sweep: they must outlast it.
-        c.runs.lease_ttl_ms = 120_000;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.runs.requires_action_ttl_ms = 100;
+            c.runs.sweep_interval_ms = 60_000;
+            // Leases are renewed every sweep: they must outlast it.
+            c.runs.lease_ttl_ms = 120_000;
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_call(
         "call_w",
         "get_weather",
@@ -480,7 +484,7 @@ async fn a_late_submission_finds_the_run_expired_even_before_the_sweeper() {
 
 #[tokio::test]
 async fn cancel_stops_a_running_run_and_a_paused_one_and_is_idempotent() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     // Running: the model hangs mid-answer.
     app.llm.push(Turn {
         steps: vec![
@@ -490,11 +494,9 @@ async fn cancel_stops_a_running_run_and_a_paused_one_and_is_idempotent() {
             Step::Hang,
         ],
     });
-    let (id, reader) = start_stream(
-        &app,
-        json!({"model": "gpt-4o-mini", "input": "long task", "stream": true}),
-    )
-    .await;
+    let (id, reader) = app
+        .start_stream(json!({"model": "gpt-4o-mini", "input": "long task", "stream": true}))
+        .await;
     // Let the first delta through before cancelling.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (status, cancelled) = app
@@ -565,7 +567,7 @@ async fn cancel_stops_a_running_run_and_a_paused_one_and_is_idempotent() {
 
 #[tokio::test]
 async fn a_continuation_answers_a_paused_run_with_each_output_type() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let tools = json!([
         weather_tool(),
         {"type": "custom", "name": "run_sql", "description": "Runs SQL"},
@@ -686,7 +688,7 @@ fn guarded(policy: Value) -> Value {
 
 #[tokio::test]
 async fn an_approved_call_runs_once_after_the_approval_and_the_model_sees_its_result() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",
@@ -778,7 +780,7 @@ async fn an_approved_call_runs_once_after_the_approval_and_the_model_sees_its_re
 
 #[tokio::test]
 async fn a_denied_call_is_reported_to_the_model_and_a_continuation_cannot_approve_twice() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_calls(&[
         ("call_1", "fetch_url", r#"{"url": "https://example.com"}"#),
         ("call_2", "get_weather", r#"{"city": "Paris"}"#),
@@ -853,16 +855,18 @@ async fn a_denied_call_is_reported_to_the_model_and_a_continuation_cannot_approv
 
 #[tokio::test]
 async fn a_server_configured_to_require_approval_pauses_unless_the_request_says_never() {
-    let app = spawn_app_with(|c| {
-        c.tool_servers.insert(
-            "builtin".into(),
-            switchyard::config::ToolServerConfig {
-                require_approval: switchyard::config::ApprovalDefault::Always,
-                tools: vec![],
-            },
-        );
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.tool_servers.insert(
+                "builtin".into(),
+                switchyard::config::ToolServerConfig {
+                    require_approval: switchyard::config::ApprovalDefault::Always,
+                    tools: vec![],
+                },
+            );
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",
@@ -890,7 +894,7 @@ async fn a_server_configured_to_require_approval_pauses_unless_the_request_says_
 
 #[tokio::test]
 async fn an_unstored_run_is_kept_while_it_waits_and_deleted_once_it_stops() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_w",
         "get_weather",
@@ -911,7 +915,7 @@ async fn an_unstored_run_is_kept_while_it_waits_and_deleted_once_it_stops() {
 #[tokio::test]
 async fn a_resumed_run_reports_no_usage_while_running_and_an_approved_call_carries_its_request_id()
 {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",
@@ -953,11 +957,13 @@ async fn a_resumed_run_reports_no_usage_while_running_and_an_approved_call_carri
 
 #[tokio::test]
 async fn a_cancelled_or_expired_pause_has_no_completion_time() {
-    let app = spawn_app_with(|c| {
-        c.runs.requires_action_ttl_ms = 100;
-        c.runs.sweep_interval_ms = 30;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.runs.requires_action_ttl_ms = 100;
+            c.runs.sweep_interval_ms = 30;
+        })
+        .start()
+        .await;
     for _ in 0..2 {
         app.llm.push(Turn::tool_call(
             "call_w",

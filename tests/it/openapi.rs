@@ -1,12 +1,10 @@
 //! `GET /openapi.json`: an OpenAPI 3.1 document that names every route the router serves, with
 //! its methods, statuses and schemas, and against which what the service really answers
 //! validates (so a wire type that changes without its schema fails here).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::{TestApp, Turn};
 
 /// Every route of `api::router` with its methods. A route added there must be added here, and
 /// then to the document.
@@ -116,7 +114,7 @@ async fn assert_conforms(
 
 #[tokio::test]
 async fn the_document_is_openapi_3_1_and_names_every_route_with_its_methods_and_no_other() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let doc = document(&app).await;
 
     assert!(
@@ -144,7 +142,7 @@ async fn the_document_is_openapi_3_1_and_names_every_route_with_its_methods_and_
 
 #[tokio::test]
 async fn every_documented_route_and_method_is_served_and_every_other_method_is_not() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     for (path, methods) in ROUTES {
         let url = app.url(&path.replace("{id}", "resp_unknown"));
         for method in METHODS {
@@ -181,7 +179,7 @@ async fn every_documented_route_and_method_is_served_and_every_other_method_is_n
 
 #[tokio::test]
 async fn every_operation_documents_its_body_its_statuses_and_its_key() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let doc = document(&app).await;
 
     assert_eq!(
@@ -263,7 +261,10 @@ async fn every_operation_documents_its_body_its_statuses_and_its_key() {
 
 #[tokio::test]
 async fn the_document_needs_no_key_and_is_the_same_text_every_time() {
-    let app = spawn_app_with(|config| config.auth.mode = switchyard::config::AuthMode::Keys).await;
+    let app = TestApp::builder()
+        .config(|config| config.auth.mode = switchyard::config::AuthMode::Keys)
+        .start()
+        .await;
     let first = app
         .client
         .get(app.url("/openapi.json"))
@@ -291,7 +292,7 @@ async fn the_document_needs_no_key_and_is_the_same_text_every_time() {
 
 #[tokio::test]
 async fn what_the_service_answers_validates_against_the_document() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let doc = document(&app).await;
     let create = ("/v1/responses", "post");
     let post = |path: &str, body: Value| app.client.post(app.url(path)).json(&body).send();
@@ -463,7 +464,7 @@ async fn what_the_service_answers_validates_against_the_document() {
 #[tokio::test]
 async fn a_response_that_breaks_the_document_fails_validation() {
     // The check above would catch drift: a key the document requires, left out, fails.
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let doc = document(&app).await;
     app.llm.push(Turn::text("Hello"));
     let (_, mut body) = app

@@ -1,7 +1,12 @@
-//! The log auditor: what every run's log must look like, however the run went.
+//! The auditors: what every run's log must look like, however the run went, and what every
+//! Response object carries.
 
-use super::{Sse, SseEvent};
+use serde_json::Value;
 
+use super::sse::{Sse, SseEvent};
+
+/// Whether an event of this name is terminal: `response.completed` (a pause's too),
+/// `response.failed` or `response.incomplete`.
 pub fn is_terminal(event: &str) -> bool {
     matches!(
         event,
@@ -66,7 +71,7 @@ pub fn ends_a_pause(event: &SseEvent) -> bool {
 /// event is a pause (`response.completed` with a `required_action`) followed at once by the
 /// resume (`response.in_progress`). A pause may also be the last event, or be followed, last,
 /// by its cancellation or expiry (as a paused run is cancelled or expires today: SPEC §7,
-/// tests/pause.rs).
+/// the `pause` tests).
 pub fn audit_log(sse: &Sse) {
     let log = describe(sse);
     assert_eq!(sse.status, 200, "the log is served: {log}");
@@ -118,25 +123,60 @@ pub fn audit_log(sse: &Sse) {
     );
 }
 
-/// Runs SQL statements on a test's database, beside the service.
-pub async fn run_sql(url: &str, statements: &[impl AsRef<str>]) {
-    if url.starts_with("sqlite") {
-        let pool = sqlx::SqlitePool::connect(url).await.unwrap();
-        for statement in statements {
-            sqlx::query(statement.as_ref())
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
-        pool.close().await;
-    } else {
-        let pool = sqlx::PgPool::connect(url).await.unwrap();
-        for statement in statements {
-            sqlx::query(statement.as_ref())
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
-        pool.close().await;
+/// Every key SPEC §4 requires on a Response object.
+pub const RESPONSE_KEYS: &[&str] = &[
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "error",
+    "incomplete_details",
+    "instructions",
+    "model",
+    "output",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "tools",
+    "tool_choice",
+    "truncation",
+    "text",
+    "reasoning",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "max_output_tokens",
+    "max_tool_calls",
+    "store",
+    "background",
+    "service_tier",
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+    "user",
+    "usage",
+    "required_action",
+];
+
+/// Asserts that a Response object has every key of [`RESPONSE_KEYS`].
+pub fn assert_response_keys(response: &Value) {
+    let object = response.as_object().expect("a response object");
+    for key in RESPONSE_KEYS {
+        assert!(object.contains_key(*key), "missing key {key} in {response}");
+    }
+}
+
+/// Asserts sequence numbers 0..n, each SSE `id:` equal to its event's number.
+pub fn assert_numbering(sse: &Sse) {
+    for (n, event) in sse.events.iter().enumerate() {
+        assert_eq!(
+            event.data["sequence_number"], n as u64,
+            "event {n}: {:?}",
+            event.data
+        );
+        assert_eq!(event.id.as_deref(), Some(n.to_string().as_str()));
+        assert_eq!(event.data["type"], event.event);
     }
 }

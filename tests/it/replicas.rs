@@ -1,35 +1,38 @@
 //! Two instances on one PostgreSQL database: any of them serves any request. Skipped (with a
 //! note) when `TEST_DATABASE_URL` is not set; CI sets it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
 use serde_json::json;
+use switchyard::config::Config;
 
-/// Two instances on a fresh database of their own.
-async fn pair() -> Option<(TestApp, TestApp)> {
-    let Some(url) = fresh_postgres_url().await else {
-        eprintln!("TEST_DATABASE_URL is not set: skipping the two-instance tests");
-        return None;
-    };
-    let a = spawn_app_on(&url, |c| c.runs.claim_interval_ms = 50).await;
-    let b = spawn_app_on(&url, |c| c.runs.claim_interval_ms = 50).await;
-    Some((a, b))
+use crate::support::{Database, TestApp, Turn, assert_numbering, read_sse};
+
+/// Claims of queued runs every 50 ms.
+fn quick_claims(config: &mut Config) {
+    config.runs.claim_interval_ms = 50;
 }
 
 #[tokio::test]
 async fn a_run_started_on_one_instance_streams_live_from_the_other() {
-    let Some((a, b)) = pair().await else { return };
+    let Some(db) = Database::postgres().await else {
+        return;
+    };
+    let a = TestApp::builder()
+        .database(&db.url)
+        .config(quick_claims)
+        .start()
+        .await;
+    let b = TestApp::builder()
+        .database(&db.url)
+        .config(quick_claims)
+        .start()
+        .await;
     a.llm
         .push(Turn::text("one two three four five six seven eight nine ten").paced(40));
-    let (id, live) = start_stream(
-        &a,
-        json!({"model": "gpt-4o-mini", "input": "count", "stream": true}),
-    )
-    .await;
+    let (id, live) = a
+        .start_stream(json!({"model": "gpt-4o-mini", "input": "count", "stream": true}))
+        .await;
     tokio::time::sleep(Duration::from_millis(120)).await;
     let from_b = b.replay(&id, "").await;
     let from_a = live.await.unwrap();
@@ -42,7 +45,19 @@ async fn a_run_started_on_one_instance_streams_live_from_the_other() {
 
 #[tokio::test]
 async fn a_run_paused_on_one_instance_is_resumed_on_the_other() {
-    let Some((a, b)) = pair().await else { return };
+    let Some(db) = Database::postgres().await else {
+        return;
+    };
+    let a = TestApp::builder()
+        .database(&db.url)
+        .config(quick_claims)
+        .start()
+        .await;
+    let b = TestApp::builder()
+        .database(&db.url)
+        .config(quick_claims)
+        .start()
+        .await;
     a.llm.push(Turn::tool_call(
         "call_w",
         "get_weather",
@@ -75,7 +90,19 @@ async fn a_run_paused_on_one_instance_is_resumed_on_the_other() {
 
 #[tokio::test]
 async fn each_background_run_is_executed_by_exactly_one_instance() {
-    let Some((a, b)) = pair().await else { return };
+    let Some(db) = Database::postgres().await else {
+        return;
+    };
+    let a = TestApp::builder()
+        .database(&db.url)
+        .config(quick_claims)
+        .start()
+        .await;
+    let b = TestApp::builder()
+        .database(&db.url)
+        .config(quick_claims)
+        .start()
+        .await;
     let count = 8;
     for _ in 0..count {
         a.llm.push(Turn::text("from A").delayed(50));

@@ -1,13 +1,9 @@
 //! What survives a restart, a graceful shutdown and a crash: runs are never left
 //! `in_progress`, and stored runs stay readable. On SQLite, and on PostgreSQL when
 //! `TEST_DATABASE_URL` is set.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 
-use common::*;
 use serde_json::json;
 use switchyard::engine::emitter::EventEmitter;
 use switchyard::protocol::events::Event;
@@ -15,10 +11,13 @@ use switchyard::protocol::ids;
 use switchyard::store::{self, NewRun, RunState};
 use switchyard::time::UnixMillis;
 
+use crate::support::{Step, TestApp, Turn, assert_numbering, backends, run_sql};
+
 #[tokio::test]
 async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
-    for (url, _dir) in database_urls().await {
-        let app = spawn_app_on(&url, |_| {}).await;
+    for db in backends().await {
+        let url = &db.url;
+        let app = TestApp::builder().database(url).start().await;
         app.llm.push(Turn::text("kept across restarts"));
         let live = app
             .stream(&json!({"model": "gpt-4o-mini", "input": "remember"}))
@@ -51,9 +50,10 @@ async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
 
 #[tokio::test]
 async fn a_graceful_shutdown_hands_runs_that_outlive_the_grace_period_over_to_the_next_instance() {
-    for (url, _dir) in database_urls().await {
+    for db in backends().await {
+        let url = &db.url;
         let grace = |c: &mut switchyard::config::Config| c.server.shutdown_grace_seconds = 1;
-        let mut app = spawn_app_on(&url, grace).await;
+        let mut app = TestApp::builder().database(url).config(grace).start().await;
         app.llm.push(Turn {
             steps: vec![
                 Step::Text {
@@ -62,11 +62,9 @@ async fn a_graceful_shutdown_hands_runs_that_outlive_the_grace_period_over_to_th
                 Step::Hang,
             ],
         });
-        let (id, reader) = start_stream(
-            &app,
-            json!({"model": "gpt-4o-mini", "input": "hang", "stream": true}),
-        )
-        .await;
+        let (id, reader) = app
+            .start_stream(json!({"model": "gpt-4o-mini", "input": "hang", "stream": true}))
+            .await;
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         app.shutdown().await;
 
@@ -127,10 +125,11 @@ async fn a_graceful_shutdown_hands_runs_that_outlive_the_grace_period_over_to_th
 
 #[tokio::test]
 async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_completed() {
-    for (url, _dir) in database_urls().await {
+    for db in backends().await {
+        let url = &db.url;
         // What a process killed mid-run leaves behind: an in-progress run under an expired
         // lease with a partial event log.
-        let store = store::connect(&url, 2).await.unwrap();
+        let store = store::connect(url, 2).await.unwrap();
         let id = ids::new(ids::RESPONSE);
         let mut body: switchyard::protocol::response::ResponseObject = serde_json::from_value(json!({
             "id": id, "object": "response", "created_at": 1, "completed_at": null,
@@ -199,11 +198,14 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_complete
         writer.finish(hub).await;
 
         // A new process takes the run over and finishes it.
-        let app = spawn_app_on(&url, |c| {
-            c.runs.lease_ttl_ms = 1_000;
-            c.runs.sweep_interval_ms = 100;
-        })
-        .await;
+        let app = TestApp::builder()
+            .database(url)
+            .config(|c| {
+                c.runs.lease_ttl_ms = 1_000;
+                c.runs.sweep_interval_ms = 100;
+            })
+            .start()
+            .await;
         app.llm.push(Turn::text("A whole answer"));
         let stored = app.wait_until_stopped(&id).await;
         assert_eq!(stored["status"], "completed", "{url}: {stored}");
@@ -231,12 +233,14 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_complete
 
 #[tokio::test]
 async fn stopped_runs_are_pruned_after_the_retention_window() {
-    let app = spawn_app_with(|c| {
-        c.runs.retention_hours = 0;
-        c.runs.idempotency_ttl_hours = 0;
-        c.runs.sweep_interval_ms = 50;
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            c.runs.retention_hours = 0;
+            c.runs.idempotency_ttl_hours = 0;
+            c.runs.sweep_interval_ms = 50;
+        })
+        .start()
+        .await;
     let (_, done) = app
         .post(
             "/v1/responses",
@@ -289,9 +293,10 @@ async fn refuse_new_runs(url: &str, refuse: bool) {
 
 #[tokio::test]
 async fn a_run_that_cannot_be_stored_is_a_500_and_leaves_nothing_behind() {
-    for (url, _dir) in database_urls().await {
-        let app = spawn_app_on(&url, |_| {}).await;
-        refuse_new_runs(&url, true).await;
+    for db in backends().await {
+        let url = &db.url;
+        let app = TestApp::builder().database(url).start().await;
+        refuse_new_runs(url, true).await;
         // The run starts before its insert commits; it must show nothing, and stop.
         app.llm.push(Turn::text("never shown"));
         let refused = app
@@ -310,7 +315,7 @@ async fn a_run_that_cannot_be_stored_is_a_500_and_leaves_nothing_behind() {
         assert_eq!(body["error"]["type"], "server_error", "{body}");
 
         // Once the database takes runs again, so does the service.
-        refuse_new_runs(&url, false).await;
+        refuse_new_runs(url, false).await;
         app.llm.push(Turn::text("stored"));
         let stored = app
             .stream(&json!({"model": "gpt-4o-mini", "input": "hello", "stream": true}))
@@ -319,8 +324,8 @@ async fn a_run_that_cannot_be_stored_is_a_500_and_leaves_nothing_behind() {
         assert_numbering(&stored);
         let id = stored.response_id();
         let others = "SELECT COUNT(*) FROM responses WHERE id <> $1";
-        assert_eq!(count_rows(&url, others, &id).await, 0, "{url}");
+        assert_eq!(count_rows(url, others, &id).await, 0, "{url}");
         let others = "SELECT COUNT(*) FROM response_events WHERE response_id <> $1";
-        assert_eq!(count_rows(&url, others, &id).await, 0, "{url}");
+        assert_eq!(count_rows(url, others, &id).await, 0, "{url}");
     }
 }

@@ -1,8 +1,5 @@
 //! Server tools end to end: the registry, the concurrent executor, what the stream shows and
 //! what the model is sent back.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,10 +7,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use axum::Json;
 use axum::routing::post;
-use common::*;
 use serde_json::{Value, json};
 use switchyard::config::{Config, HttpToolConfig, ToolErrorPolicy, ToolServerConfig};
 use switchyard::tools::{ToolContext, ToolHandler, ToolOptions, ToolOutput, ToolResult};
+
+use crate::support::{
+    Database, FakeLlm, Step, TestApp, Turn, assert_items_do_not_interleave, assert_numbering,
+    done_items, http_tool, serve, test_config,
+};
 
 fn builtin() -> Value {
     json!({"type": "mcp", "server_label": "builtin", "require_approval": "never"})
@@ -23,38 +24,9 @@ fn run_with(tools: Value) -> Value {
     json!({"model": "gpt-4o-mini", "input": "go", "tools": tools})
 }
 
-/// Each item's events are contiguous: between its `added` and `done` only its own events.
-fn assert_items_do_not_interleave(sse: &Sse) {
-    let mut open: Option<u64> = None;
-    for event in &sse.events {
-        let index = event.data.get("output_index").and_then(Value::as_u64);
-        match event.event.as_str() {
-            "response.output_item.added" => {
-                assert_eq!(open, None, "item {index:?} opened inside another");
-                open = index;
-            }
-            "response.output_item.done" => {
-                assert_eq!(open, index, "done for an item that is not open");
-                open = None;
-            }
-            _ if index.is_some() => assert_eq!(open, index, "{} outside its item", event.event),
-            _ => {}
-        }
-    }
-    assert_eq!(open, None);
-}
-
-fn done_items(sse: &Sse) -> Vec<Value> {
-    sse.events
-        .iter()
-        .filter(|e| e.event == "response.output_item.done")
-        .map(|e| e.data["item"].clone())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_tool_turn_then_a_text_turn_streams_the_call_and_feeds_the_result_back() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",
@@ -173,10 +145,7 @@ async fn tool_endpoint() -> String {
                 )
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
+    serve(app).await
 }
 
 fn with_server(config: &mut Config, label: &str, tools: Vec<HttpToolConfig>) {
@@ -192,14 +161,16 @@ fn with_server(config: &mut Config, label: &str, tools: Vec<HttpToolConfig>) {
 #[tokio::test]
 async fn three_slow_calls_of_one_turn_run_concurrently_and_are_shown_one_at_a_time() {
     let endpoint = tool_endpoint().await;
-    let app = spawn_app_with(|c| {
-        with_server(
-            c,
-            "slow",
-            vec![http_tool("sleep", format!("{endpoint}/sleep"), None)],
-        )
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            with_server(
+                c,
+                "slow",
+                vec![http_tool("sleep", format!("{endpoint}/sleep"), None)],
+            )
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_calls(&[
         ("call_a", "sleep", r#"{"ms": 900}"#),
         ("call_b", "sleep", r#"{"ms": 600}"#),
@@ -247,7 +218,7 @@ async fn three_slow_calls_of_one_turn_run_concurrently_and_are_shown_one_at_a_ti
 
 #[tokio::test]
 async fn invalid_arguments_reach_the_model_as_an_error_and_the_run_goes_on() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",
@@ -392,7 +363,7 @@ fn test_server() -> Value {
 
 #[tokio::test]
 async fn a_timeout_and_a_panic_become_errors_the_model_sees() {
-    let app = spawn_app_with_tools(test_tools(), |_| {}).await;
+    let app = TestApp::builder().tools(test_tools()).start().await;
     app.llm.push(Turn::tool_calls(&[
         ("c1", "explode", "{}"),
         ("c2", "nap", "{}"),
@@ -481,19 +452,20 @@ impl ToolHandler for Charges {
 async fn a_server_call_is_saved_as_started_before_its_tool_runs() {
     // On PostgreSQL, where a trigger can hold the save open: a tool started before the save
     // commits reads the run without its call (and after a crash there, would run again).
-    let Some(url) = fresh_postgres_url().await else {
+    let Some(db) = Database::postgres().await else {
         return;
     };
+    let url = &db.url;
     let tools = vec![(
         "test".to_string(),
         Arc::new(Charges {
             database_url: url.clone(),
         }) as Arc<dyn ToolHandler>,
     )];
-    let app = spawn_app_with_tools_on(&url, tools, |_| {}).await;
+    let app = TestApp::builder().database(url).tools(tools).start().await;
     {
         use sqlx::Connection;
-        let mut db = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut db = sqlx::PgConnection::connect(url).await.unwrap();
         sqlx::raw_sql(
             "CREATE FUNCTION slow_save() RETURNS trigger AS $$ BEGIN \
                IF NEW.transcript::text LIKE '%in_progress%' THEN PERFORM pg_sleep(0.3); END IF; \
@@ -524,7 +496,7 @@ async fn a_server_call_is_saved_as_started_before_its_tool_runs() {
 
 #[tokio::test]
 async fn a_return_direct_tool_ends_the_run_with_its_output_as_the_answer() {
-    let app = spawn_app_with_tools(test_tools(), |_| {}).await;
+    let app = TestApp::builder().tools(test_tools()).start().await;
     app.llm.push(Turn::tool_call("c1", "answer", "{}"));
 
     let sse = app.stream(&run_with(json!([test_server()]))).await;
@@ -547,7 +519,7 @@ async fn a_return_direct_tool_ends_the_run_with_its_output_as_the_answer() {
 
 #[tokio::test]
 async fn a_hidden_tool_leaves_no_item_but_the_model_and_the_chain_see_it() {
-    let app = spawn_app_with_tools(test_tools(), |_| {}).await;
+    let app = TestApp::builder().tools(test_tools()).start().await;
     app.llm.push(Turn::tool_call("c1", "lookup_secret", "{}"));
     app.llm.push(Turn::text("I know it"));
     app.llm.push(Turn::text("Still know it"));
@@ -595,9 +567,9 @@ async fn a_hidden_tool_leaves_no_item_but_the_model_and_the_chain_see_it() {
 
 #[tokio::test]
 async fn a_duplicate_tool_name_fails_start_up_naming_both_servers() {
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config(&format!("sqlite://{}/s.db", dir.path().display()), &llm);
+    let llm = FakeLlm::start().await.unwrap();
+    let db = Database::sqlite();
+    let mut config = test_config(&db.url, &llm);
     with_server(
         &mut config,
         "mathserver",
@@ -615,7 +587,7 @@ async fn a_duplicate_tool_name_fails_start_up_naming_both_servers() {
 
 #[tokio::test]
 async fn a_request_function_named_like_a_server_tool_is_a_400() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let (status, body) = app
         .post(
             "/v1/responses",
@@ -684,7 +656,7 @@ async fn a_request_function_named_like_a_server_tool_is_a_400() {
 
 #[tokio::test]
 async fn allowed_tools_limits_what_the_model_sees_and_blocks_what_it_attempts() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call("c1", "current_time", "{}"));
     app.llm.push(Turn::text("ok"));
     let sse = app
@@ -714,7 +686,7 @@ async fn allowed_tools_limits_what_the_model_sees_and_blocks_what_it_attempts() 
 
 #[tokio::test]
 async fn tool_choice_forms_shape_the_upstream_request() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let cases = [
         (json!("none"), Value::Null, 0),
         (json!("required"), json!("required"), 3),
@@ -759,7 +731,10 @@ async fn tool_choice_forms_shape_the_upstream_request() {
 
 #[tokio::test]
 async fn max_turns_ends_a_run_that_keeps_calling_tools_incomplete() {
-    let app = spawn_app_with(|c| c.tools.max_turns = 2).await;
+    let app = TestApp::builder()
+        .config(|c| c.tools.max_turns = 2)
+        .start()
+        .await;
     for n in 0..3 {
         app.llm.push(Turn::tool_call(
             &format!("c{n}"),
@@ -778,7 +753,7 @@ async fn max_turns_ends_a_run_that_keeps_calling_tools_incomplete() {
 
 #[tokio::test]
 async fn max_tool_calls_and_parallel_tool_calls_refuse_extra_calls() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let two = || {
         Turn::tool_calls(&[
             ("c1", "calculator", r#"{"expression": "1"}"#),
@@ -816,18 +791,20 @@ async fn max_tool_calls_and_parallel_tool_calls_refuse_extra_calls() {
 #[tokio::test]
 async fn an_http_tool_server_answers_fails_and_times_out_as_tool_results() {
     let endpoint = tool_endpoint().await;
-    let app = spawn_app_with(|c| {
-        with_server(
-            c,
-            "weather",
-            vec![
-                http_tool("get_weather", format!("{endpoint}/json"), None),
-                http_tool("broken", format!("{endpoint}/fail"), None),
-                http_tool("slow", format!("{endpoint}/sleep"), Some(200)),
-            ],
-        )
-    })
-    .await;
+    let app = TestApp::builder()
+        .config(|c| {
+            with_server(
+                c,
+                "weather",
+                vec![
+                    http_tool("get_weather", format!("{endpoint}/json"), None),
+                    http_tool("broken", format!("{endpoint}/fail"), None),
+                    http_tool("slow", format!("{endpoint}/sleep"), Some(200)),
+                ],
+            )
+        })
+        .start()
+        .await;
     app.llm.push(Turn::tool_calls(&[
         ("c1", "get_weather", r#"{"city": "Paris"}"#),
         ("c2", "broken", "{}"),
@@ -866,7 +843,7 @@ async fn an_http_tool_server_answers_fails_and_times_out_as_tool_results() {
 #[tokio::test]
 async fn fetch_url_refuses_a_loopback_address_by_default() {
     let endpoint = tool_endpoint().await;
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "c1",
         "fetch_url",
@@ -888,7 +865,10 @@ async fn fetch_url_refuses_a_loopback_address_by_default() {
 
 #[tokio::test]
 async fn a_failed_tool_fails_the_run_when_the_policy_says_so() {
-    let app = spawn_app_with(|c| c.tools.on_error = ToolErrorPolicy::Fail).await;
+    let app = TestApp::builder()
+        .config(|c| c.tools.on_error = ToolErrorPolicy::Fail)
+        .start()
+        .await;
     app.llm.push(Turn::tool_call(
         "c1",
         "calculator",
@@ -906,7 +886,7 @@ async fn a_failed_tool_fails_the_run_when_the_policy_says_so() {
 
 #[tokio::test]
 async fn a_server_is_listed_only_the_first_time_it_is_used_in_a_chain() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     let (_, first) = app
         .post("/v1/responses", &run_with(json!([builtin()])))
         .await;
@@ -926,7 +906,7 @@ async fn a_server_is_listed_only_the_first_time_it_is_used_in_a_chain() {
 
 #[tokio::test]
 async fn a_client_function_call_streams_live_and_the_run_ends_for_the_client_to_answer() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_w",
         "get_weather",
@@ -980,7 +960,7 @@ async fn a_client_function_call_streams_live_and_the_run_ends_for_the_client_to_
 
 #[tokio::test]
 async fn chunks_of_two_calls_may_interleave_and_are_assembled_by_index() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn {
         steps: vec![
             Step::ToolCall {
@@ -1026,7 +1006,7 @@ async fn chunks_of_two_calls_may_interleave_and_are_assembled_by_index() {
 
 #[tokio::test]
 async fn calls_of_consecutive_turns_reach_the_model_as_separate_assistant_messages() {
-    let app = spawn_app().await;
+    let app = TestApp::start().await;
     app.llm.push(Turn::tool_call(
         "call_1",
         "calculator",

@@ -1,68 +1,14 @@
 //! Every configuration error, through the real binary: `check-config` refuses the
 //! configuration with exit code 2 and one line per problem, naming the full key and where it
 //! was set; `serve` refuses the same before it opens the database or listens.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The binary with none of the caller's switchyard or OpenAI variables, and a key for the
-/// default provider (OpenAI's), so that it is not the problem unless a test says so.
-fn switchyard() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("SWITCHYARD") || key.starts_with("OPENAI_") {
-            command.env_remove(key);
-        }
-    }
-    command.env("OPENAI_API_KEY", "sk-test");
-    command
-}
-
-/// A configuration file in a folder of its own.
-struct File {
-    _dir: tempfile::TempDir,
-    path: String,
-}
-
-fn file(toml: &str) -> File {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("switchyard.toml");
-    std::fs::write(&path, toml).unwrap();
-    File {
-        path: path.display().to_string(),
-        _dir: dir,
-    }
-}
-
-struct Outcome {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(command: &mut Command) -> Outcome {
-    let output = command.output().unwrap();
-    Outcome {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-/// `check-config` with `file` (if any) and `env` on top.
-fn check_config(file: Option<&File>, env: &[(&str, &str)]) -> Outcome {
-    let mut command = switchyard();
-    if let Some(file) = file {
-        command.args(["--config", &file.path]);
-    }
-    command.arg("check-config").envs(env.iter().copied());
-    run(&mut command)
-}
+use crate::support::{Binary, ConfigFile};
 
 /// `check-config`'s stderr, once it has refused the configuration (exit code 2).
-fn refused(file: Option<&File>, env: &[(&str, &str)]) -> String {
-    let outcome = check_config(file, env);
+fn refused(binary: Binary) -> String {
+    let outcome = binary.run(&["check-config"]);
     assert_eq!(outcome.code, 2, "{}{}", outcome.stdout, outcome.stderr);
     assert!(
         outcome.stdout.is_empty(),
@@ -84,8 +30,8 @@ fn assert_line(stderr: &str, line: &str) {
 /// A file's refusal, with its one expected line (`{file}` standing for the file's path).
 #[track_caller]
 fn assert_refused(toml: &str, line: &str) {
-    let file = file(toml);
-    let stderr = refused(Some(&file), &[]);
+    let file = ConfigFile::new(toml);
+    let stderr = refused(Binary::new().config_file(&file.path));
     assert_line(&stderr, &line.replace("{file}", &file.path));
 }
 
@@ -101,7 +47,7 @@ fn an_unknown_key_in_the_file_is_refused_with_the_closest_known_key() {
 
 #[test]
 fn an_unknown_key_in_the_environment_is_refused_with_the_variable_and_the_closest_key() {
-    let stderr = refused(None, &[("SWITCHYARD__SERVER__PROT", "9000")]);
+    let stderr = refused(Binary::new().env("SWITCHYARD__SERVER__PROT", "9000"));
     assert_line(
         &stderr,
         "error: unknown key server.prot (from SWITCHYARD__SERVER__PROT); did you mean server.port (SWITCHYARD__SERVER__PORT)?",
@@ -142,7 +88,7 @@ fn an_unknown_key_of_a_tool_is_refused_with_its_place_in_the_list() {
 
 #[test]
 fn an_unknown_key_of_the_llm_table_is_refused_although_it_shares_keys_with_providers() {
-    let stderr = refused(None, &[("SWITCHYARD__LLM__BASEURL", "http://x")]);
+    let stderr = refused(Binary::new().env("SWITCHYARD__LLM__BASEURL", "http://x"));
     assert_line(
         &stderr,
         "error: unknown key llm.baseurl (from SWITCHYARD__LLM__BASEURL); did you mean llm.base_url (SWITCHYARD__LLM__BASE_URL)?",
@@ -159,7 +105,7 @@ fn a_value_of_the_wrong_type_in_the_file_names_its_key_and_file() {
 
 #[test]
 fn a_value_of_the_wrong_type_in_the_environment_names_its_key_and_variable() {
-    let stderr = refused(None, &[("SWITCHYARD__LLM__MODELS", "gpt-4o")]);
+    let stderr = refused(Binary::new().env("SWITCHYARD__LLM__MODELS", "gpt-4o"));
     assert_line(
         &stderr,
         "error: llm.models (from SWITCHYARD__LLM__MODELS): expected a sequence, found string \"gpt-4o\"",
@@ -168,7 +114,7 @@ fn a_value_of_the_wrong_type_in_the_environment_names_its_key_and_variable() {
 
 #[test]
 fn a_number_out_of_range_names_its_key() {
-    let stderr = refused(None, &[("SWITCHYARD__SERVER__PORT", "70000")]);
+    let stderr = refused(Binary::new().env("SWITCHYARD__SERVER__PORT", "70000"));
     assert_line(
         &stderr,
         "error: server.port (from SWITCHYARD__SERVER__PORT): expected u16, found unsigned int `70000`",
@@ -193,7 +139,9 @@ fn a_missing_required_key_is_named() {
 
 #[test]
 fn a_configuration_file_that_does_not_exist_is_refused() {
-    let outcome = run(switchyard().args(["--config", "/nonexistent.toml", "check-config"]));
+    let outcome = Binary::new()
+        .config_file("/nonexistent.toml")
+        .run(&["check-config"]);
     assert_eq!(outcome.code, 2);
     assert_line(
         &outcome.stderr,
@@ -203,17 +151,17 @@ fn a_configuration_file_that_does_not_exist_is_refused() {
 
 #[test]
 fn a_file_that_is_not_toml_is_refused_with_the_line_at_fault() {
-    let file = file("[server\nport = 1\n");
-    let stderr = refused(Some(&file), &[]);
+    let file = ConfigFile::new("[server\nport = 1\n");
+    let stderr = refused(Binary::new().config_file(&file.path));
     assert_line(&stderr, "error: TOML parse error at line 1, column 8");
     assert!(stderr.contains(&format!(" in {}", file.path)), "{stderr}");
     // From the folder above the file's, where a path relative to the working directory would
     // be shorter: the file is still named as it was given.
     let above = std::path::Path::new(&file.path).ancestors().nth(2).unwrap();
-    let outcome =
-        run(switchyard()
-            .current_dir(above)
-            .args(["--config", &file.path, "check-config"]));
+    let outcome = Binary::new()
+        .current_dir(above)
+        .config_file(&file.path)
+        .run(&["check-config"]);
     assert_eq!(outcome.code, 2, "{}", outcome.stderr);
     assert!(
         outcome.stderr.contains(&format!(" in {}", file.path)),
@@ -224,8 +172,12 @@ fn a_file_that_is_not_toml_is_refused_with_the_line_at_fault() {
 
 #[test]
 fn every_reading_problem_of_file_and_environment_is_reported_at_once_one_per_line() {
-    let file = file("[llm]\nmodles = [\"a\"]\n[server]\nport = \"abc\"\n");
-    let stderr = refused(Some(&file), &[("SWITCHYARD__RUNS__LEASE_TTL", "1")]);
+    let file = ConfigFile::new("[llm]\nmodles = [\"a\"]\n[server]\nport = \"abc\"\n");
+    let stderr = refused(
+        Binary::new()
+            .config_file(&file.path)
+            .env("SWITCHYARD__RUNS__LEASE_TTL", "1"),
+    );
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(
         lines,
@@ -279,12 +231,12 @@ fn a_base_url_that_is_not_http_is_refused_wherever_it_comes_from() {
         "[providers.local]\nbase_url = \"ftp://127.0.0.1/v1\"\nmodels = [\"llama3.1\"]\n",
         "error: providers.local.base_url in {file}: \"ftp://127.0.0.1/v1\" is not an http:// or https:// URL",
     );
-    let stderr = refused(None, &[("SWITCHYARD__LLM__BASE_URL", "localhost:11434/v1")]);
+    let stderr = refused(Binary::new().env("SWITCHYARD__LLM__BASE_URL", "localhost:11434/v1"));
     assert_line(
         &stderr,
         "error: llm.base_url (from SWITCHYARD__LLM__BASE_URL): \"localhost:11434/v1\" is not an http:// or https:// URL",
     );
-    let stderr = refused(None, &[("OPENAI_BASE_URL", "127.0.0.1:11434")]);
+    let stderr = refused(Binary::new().env("OPENAI_BASE_URL", "127.0.0.1:11434"));
     assert_line(
         &stderr,
         "error: llm.base_url (from OPENAI_BASE_URL): \"127.0.0.1:11434\" is not an http:// or https:// URL (relative URL without a base)",
@@ -301,8 +253,8 @@ fn an_api_key_env_naming_an_unset_variable_is_refused() {
 
 #[test]
 fn an_api_key_written_where_its_variable_goes_is_refused_without_showing_it() {
-    let file = file("[llm]\napi_key_env = \"sk-live-1234\"\n");
-    let stderr = refused(Some(&file), &[]);
+    let file = ConfigFile::new("[llm]\napi_key_env = \"sk-live-1234\"\n");
+    let stderr = refused(Binary::new().config_file(&file.path));
     assert_line(
         &stderr,
         &format!(
@@ -315,7 +267,7 @@ fn an_api_key_written_where_its_variable_goes_is_refused_without_showing_it() {
 
 #[test]
 fn a_public_provider_without_any_key_is_refused_and_a_local_one_needs_none() {
-    let stderr = refused(None, &[("OPENAI_API_KEY", "")]);
+    let stderr = refused(Binary::new().env("OPENAI_API_KEY", ""));
     assert_line(
         &stderr,
         "error: llm.api_key: the provider at https://api.openai.com/v1 needs an API key and none is set: set llm.api_key, llm.api_key_env or OPENAI_API_KEY (a server on this machine or a private network needs none)",
@@ -324,13 +276,12 @@ fn a_public_provider_without_any_key_is_refused_and_a_local_one_needs_none() {
         "[providers.groq]\nbase_url = \"https://api.groq.com/openai/v1\"\nmodels = [\"llama-3.1-8b-instant\"]\n",
         "error: providers.groq.api_key: the provider at https://api.groq.com/openai/v1 needs an API key and none is set: set providers.groq.api_key or providers.groq.api_key_env (a server on this machine or a private network needs none)",
     );
-    let outcome = check_config(
-        None,
-        &[
+    let outcome = Binary::new()
+        .envs(&[
             ("OPENAI_API_KEY", ""),
             ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
-        ],
-    );
+        ])
+        .run(&["check-config"]);
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
 }
 
@@ -353,8 +304,8 @@ fn a_concurrency_cap_of_zero_is_refused() {
 #[test]
 fn a_fallback_for_or_to_a_model_nobody_routes_is_refused() {
     let toml = "[fallbacks]\n\"gpt4o\" = { model = \"llama3.1\" }\n";
-    let file = file(toml);
-    let stderr = refused(Some(&file), &[]);
+    let file = ConfigFile::new(toml);
+    let stderr = refused(Binary::new().config_file(&file.path));
     assert_line(
         &stderr,
         &format!(
@@ -375,18 +326,13 @@ fn a_fallback_for_or_to_a_model_nobody_routes_is_refused() {
 
 #[test]
 fn a_database_url_of_another_kind_is_refused_with_its_password_hidden() {
-    let stderr = refused(
-        None,
-        &[("SWITCHYARD__DATABASE__URL", "mysql://app:pw@db/x")],
-    );
+    let stderr = refused(Binary::new().env("SWITCHYARD__DATABASE__URL", "mysql://app:pw@db/x"));
     assert_line(
         &stderr,
         "error: database.url (from SWITCHYARD__DATABASE__URL): \"mysql://app:***@db/x\" is not a database URL: it starts with sqlite://, postgres:// or postgresql://",
     );
-    let stderr = refused(
-        None,
-        &[("SWITCHYARD__DATABASE__URL", "postgres://app:pw@db:port/x")],
-    );
+    let stderr =
+        refused(Binary::new().env("SWITCHYARD__DATABASE__URL", "postgres://app:pw@db:port/x"));
     assert_line(
         &stderr,
         "error: database.url (from SWITCHYARD__DATABASE__URL): \"postgres://***@db:port/x\" is not a valid URL: invalid port number",
@@ -403,10 +349,10 @@ fn a_listen_address_with_a_port_is_refused() {
 
 #[test]
 fn a_zero_where_a_count_or_size_is_needed_is_refused() {
-    let file = file(
+    let file = ConfigFile::new(
         "[server]\nbody_limit_bytes = 0\nmax_connections = 0\n[database]\nmax_connections = 0\n[tools]\nmax_concurrency = 0\nmax_turns = 0\n[runs]\nevent_batch_max = 0\n",
     );
-    let stderr = refused(Some(&file), &[]);
+    let stderr = refused(Binary::new().config_file(&file.path));
     for key in [
         "server.body_limit_bytes",
         "server.max_connections",
@@ -424,13 +370,10 @@ fn a_zero_where_a_count_or_size_is_needed_is_refused() {
 
 #[test]
 fn open_mode_on_a_public_address_is_refused() {
-    let stderr = refused(
-        None,
-        &[
-            ("SWITCHYARD__AUTH__MODE", "open"),
-            ("SWITCHYARD__SERVER__HOST", "0.0.0.0"),
-        ],
-    );
+    let stderr = refused(Binary::new().envs(&[
+        ("SWITCHYARD__AUTH__MODE", "open"),
+        ("SWITCHYARD__SERVER__HOST", "0.0.0.0"),
+    ]));
     assert_line(
         &stderr,
         "error: auth.mode (from SWITCHYARD__AUTH__MODE): \"open\" serves anyone who can connect, without API keys, so it listens on loopback only, not on server.host = \"0.0.0.0\"; use API keys (auth.mode = \"keys\"), or set auth.open_on_any_address = true",
@@ -557,10 +500,10 @@ fn disabling_a_tool_that_does_not_exist_is_refused_with_the_closest_name() {
 
 #[test]
 fn a_key_sent_over_plain_http_to_a_public_host_is_a_warning() {
-    let file = file(
+    let file = ConfigFile::new(
         "[providers.remote]\nbase_url = \"http://models.example.com/v1\"\napi_key = \"k\"\nmodels = [\"m\"]\n",
     );
-    let outcome = check_config(Some(&file), &[]);
+    let outcome = Binary::new().config_file(&file.path).run(&["check-config"]);
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
     assert_line(
         &outcome.stderr,
@@ -573,8 +516,8 @@ fn a_key_sent_over_plain_http_to_a_public_host_is_a_warning() {
 
 #[test]
 fn a_key_set_both_inline_and_by_variable_is_a_warning() {
-    let file = file("[llm]\napi_key = \"sk-1\"\napi_key_env = \"HOME\"\n");
-    let outcome = check_config(Some(&file), &[]);
+    let file = ConfigFile::new("[llm]\napi_key = \"sk-1\"\napi_key_env = \"HOME\"\n");
+    let outcome = Binary::new().config_file(&file.path).run(&["check-config"]);
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
     assert_line(
         &outcome.stderr,
@@ -587,7 +530,9 @@ fn a_key_set_both_inline_and_by_variable_is_a_warning() {
 
 #[test]
 fn a_variable_with_one_underscore_after_the_prefix_is_a_warning() {
-    let outcome = check_config(None, &[("SWITCHYARD_SERVER__PORT", "9000")]);
+    let outcome = Binary::new()
+        .env("SWITCHYARD_SERVER__PORT", "9000")
+        .run(&["check-config"]);
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
     assert_line(
         &outcome.stderr,
@@ -618,22 +563,16 @@ fn exit_of(mut child: std::process::Child) -> (i32, String) {
 #[test]
 fn serve_refuses_to_start_with_the_message_check_config_gives() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = |toml: &File| {
-        switchyard()
-            .args(["--config", &toml.path, "serve"])
+    let serve = |toml: &ConfigFile| {
+        Binary::new()
+            .config_file(&toml.path)
             .env("SWITCHYARD__SERVER__PORT", "0")
-            .env(
-                "SWITCHYARD__DATABASE__URL",
-                format!("sqlite://{}/s.db", dir.path().display()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+            .database(&format!("sqlite://{}/s.db", dir.path().display()))
+            .start(&["serve"])
     };
     // A problem of reading, then one of the values.
-    let typo = file("[llm]\nmodles = []\n");
-    let bad_method = file(&weather_tool("method = \"PSOT\""));
+    let typo = ConfigFile::new("[llm]\nmodles = []\n");
+    let bad_method = ConfigFile::new(&weather_tool("method = \"PSOT\""));
     for (toml, line) in [
         (
             &typo,
@@ -647,7 +586,11 @@ fn serve_refuses_to_start_with_the_message_check_config_gives() {
         let (code, stderr) = exit_of(serve(toml));
         assert_eq!(code, 2, "{stderr}");
         assert_line(&stderr, &line.replace("{file}", &toml.path));
-        assert_eq!(stderr, refused(Some(toml), &[]), "the same as check-config");
+        assert_eq!(
+            stderr,
+            refused(Binary::new().config_file(&toml.path)),
+            "the same as check-config"
+        );
     }
     assert!(
         !dir.path().join("s.db").exists(),
@@ -657,34 +600,26 @@ fn serve_refuses_to_start_with_the_message_check_config_gives() {
 
 #[test]
 fn check_config_touches_neither_the_database_nor_the_port() {
-    let outcome = check_config(
-        None,
-        &[
+    let outcome = Binary::new()
+        .envs(&[
             (
                 "SWITCHYARD__DATABASE__URL",
                 "postgres://postgres@127.0.0.1:1/x",
             ),
             ("SWITCHYARD__SERVER__PORT", "1"),
-        ],
-    );
+        ])
+        .run(&["check-config"]);
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
 }
 
 #[test]
 fn an_unreachable_database_is_reported_with_its_cause_not_a_pool_timeout() {
     let url = "postgres://postgres:db-secret@127.0.0.1:1/x";
-    let start = |command: &str| {
-        switchyard()
-            .arg(command)
-            .env("SWITCHYARD__SERVER__PORT", "0")
-            .env("SWITCHYARD__DATABASE__URL", url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let switchyard = Binary::new()
+        .env("SWITCHYARD__SERVER__PORT", "0")
+        .database(url);
     // Both wait for the database a few seconds (it may be starting): side by side.
-    let children = [start("serve"), start("migrate")];
+    let children = [switchyard.start(&["serve"]), switchyard.start(&["migrate"])];
     for child in children {
         let (code, stderr) = exit_of(child);
         assert_eq!(code, 1, "{stderr}");

@@ -5,21 +5,22 @@
 //!
 //! `bash tests/mcp/setup.sh` installs them (CI runs it before the tests); a test that does not
 //! find them fails, saying so. With `TEST_DATABASE_URL` set, the apps run on PostgreSQL.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
 use switchyard::config::{ApprovalDefault, Config, McpServerConfig};
 use switchyard::tools::{ToolContext, ToolOutput};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
+
+use crate::support::{
+    Binary, ConfigFile, Database, FakeLlm, TestApp, Turn, assert_items_do_not_interleave,
+    assert_numbering, done_items, read_until_cut,
+};
 
 /// Where `tests/mcp/setup.sh` put the servers.
 struct Installed {
@@ -185,20 +186,12 @@ async fn counter_over_http(dir: &Path) -> (Process, String) {
     panic!("the counter server did not listen on port {port}");
 }
 
-/// The app with `servers` configured, on PostgreSQL when `TEST_DATABASE_URL` is set.
-async fn app_with(
-    servers: Vec<(&str, McpServerConfig)>,
-    tweak: impl FnOnce(&mut Config),
-) -> TestApp {
-    let configure = move |config: &mut Config| {
+/// Configures the MCP servers `(label, configuration)`.
+fn mcp_servers(servers: Vec<(&str, McpServerConfig)>) -> impl FnOnce(&mut Config) + Send + '_ {
+    move |config| {
         for (label, server) in servers {
             config.mcp_servers.insert(label.to_string(), server);
         }
-        tweak(config);
-    };
-    match fresh_postgres_url().await {
-        Some(url) => spawn_app_with_tools_on(&url, Vec::new(), configure).await,
-        None => spawn_app_with(configure).await,
     }
 }
 
@@ -248,14 +241,6 @@ fn run_with(tools: Value) -> Value {
     json!({"model": "gpt-4o-mini", "input": "go", "tools": tools})
 }
 
-fn done_items(sse: &Sse) -> Vec<Value> {
-    sse.events
-        .iter()
-        .filter(|e| e.event == "response.output_item.done")
-        .map(|e| e.data["item"].clone())
-        .collect()
-}
-
 fn call_named<'a>(items: &'a [Value], name: &str) -> &'a Value {
     items
         .iter()
@@ -263,43 +248,23 @@ fn call_named<'a>(items: &'a [Value], name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no mcp_call of {name} in {items:#?}"))
 }
 
-/// Each item's events are contiguous: between its `added` and `done` only its own events.
-fn assert_items_do_not_interleave(sse: &Sse) {
-    let mut open: Option<u64> = None;
-    for event in &sse.events {
-        let index = event.data.get("output_index").and_then(Value::as_u64);
-        match event.event.as_str() {
-            "response.output_item.added" => {
-                assert_eq!(open, None, "item {index:?} opened inside another");
-                open = index;
-            }
-            "response.output_item.done" => {
-                assert_eq!(open, index, "done for an item that is not open");
-                open = None;
-            }
-            _ if index.is_some() => assert_eq!(open, index, "{} outside its item", event.event),
-            _ => {}
-        }
-    }
-    assert_eq!(open, None);
-}
-
 #[tokio::test]
 async fn a_streamed_run_calls_a_stdio_server_and_an_http_server_concurrently() {
     let (_http, url) = everything_over_http().await;
     let mut over_http = server(Some(url), None, Vec::new());
     over_http.allowed_tools = Some(vec!["get-sum".into()]);
-    let app = app_with(
-        vec![
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![
             (
                 "everything",
                 everything_over_stdio(&["echo", "trigger-long-running-operation"]),
             ),
             ("everything_http", over_http),
-        ],
-        |_| {},
-    )
-    .await;
+        ]))
+        .start()
+        .await;
     wait_for_tools(
         &app,
         "everything",
@@ -413,14 +378,15 @@ async fn a_streamed_run_calls_a_stdio_server_and_an_http_server_concurrently() {
 
 #[tokio::test]
 async fn progress_notifications_are_streamed_as_the_calls_output() {
-    let app = app_with(
-        vec![(
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
             "everything",
             everything_over_stdio(&["trigger-long-running-operation"]),
-        )],
-        |_| {},
-    )
-    .await;
+        )]))
+        .start()
+        .await;
     wait_for_tools(&app, "everything", &["trigger-long-running-operation"]).await;
     let server = app.tools.server("everything").unwrap();
     let tool = server.tools[0].clone();
@@ -451,18 +417,19 @@ async fn progress_notifications_are_streamed_as_the_calls_output() {
 
 #[tokio::test]
 async fn structured_content_is_the_calls_data_an_image_a_placeholder_and_a_resource_its_text() {
-    let app = app_with(
-        vec![(
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
             "everything",
             everything_over_stdio(&[
                 "get-structured-content",
                 "get-tiny-image",
                 "get-resource-reference",
             ]),
-        )],
-        |_| {},
-    )
-    .await;
+        )]))
+        .start()
+        .await;
     wait_for_tools(
         &app,
         "everything",
@@ -523,14 +490,15 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
         None,
         Vec::new(),
     );
-    let app = app_with(
-        vec![
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![
             ("metered", counter_over_stdio(dir.path())),
             ("metered_absent", absent),
-        ],
-        |_| {},
-    )
-    .await;
+        ]))
+        .start()
+        .await;
     wait_for_tools(&app, "metered", &["count"]).await;
 
     // The gauges are set just after the tools are published.
@@ -579,7 +547,15 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
 #[tokio::test]
 async fn tools_listed_over_several_pages_are_all_offered() {
     let dir = TempDir::new().unwrap();
-    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
+            "counter",
+            counter_over_stdio(dir.path()),
+        )]))
+        .start()
+        .await;
 
     wait_for_tools(
         &app,
@@ -599,7 +575,15 @@ async fn tools_listed_over_several_pages_are_all_offered() {
 #[tokio::test]
 async fn an_error_result_is_a_tool_error_the_model_sees() {
     let dir = TempDir::new().unwrap();
-    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
+            "counter",
+            counter_over_stdio(dir.path()),
+        )]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter", &["fail"]).await;
     app.llm.push(Turn::tool_call(
         "call_1",
@@ -636,14 +620,22 @@ async fn an_error_result_is_a_tool_error_the_model_sees() {
 #[tokio::test]
 async fn cancelling_a_run_during_a_long_call_cancels_the_call_at_the_server() {
     let dir = TempDir::new().unwrap();
-    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
+            "counter",
+            counter_over_stdio(dir.path()),
+        )]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter", &["wait"]).await;
     app.llm
         .push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
     let mut body = run_with(json!([mcp("counter")]));
     body["stream"] = json!(true);
 
-    let (id, stream) = start_stream(&app, body).await;
+    let (id, stream) = app.start_stream(body).await;
     wait_for_count(dir.path(), "wait-started", 1).await;
     let (status, _) = app
         .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
@@ -662,7 +654,12 @@ async fn a_call_that_times_out_is_cancelled_at_the_server() {
     let dir = TempDir::new().unwrap();
     let mut counter = counter_over_stdio(dir.path());
     counter.timeout_ms = Some(500);
-    let app = app_with(vec![("counter", counter)], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![("counter", counter)]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter", &["wait"]).await;
     app.llm
         .push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
@@ -682,7 +679,15 @@ async fn a_call_that_times_out_is_cancelled_at_the_server() {
 #[tokio::test]
 async fn a_server_killed_mid_call_fails_the_call_and_is_started_again() {
     let dir = TempDir::new().unwrap();
-    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
+            "counter",
+            counter_over_stdio(dir.path()),
+        )]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter", &["wait", "count"]).await;
     app.llm
         .push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
@@ -690,7 +695,7 @@ async fn a_server_killed_mid_call_fails_the_call_and_is_started_again() {
     let mut body = run_with(json!([mcp("counter")]));
     body["stream"] = json!(true);
 
-    let (_, stream) = start_stream(&app, body).await;
+    let (_, stream) = app.start_stream(body).await;
     wait_for_count(dir.path(), "wait-started", 1).await;
     let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
     assert!(
@@ -740,7 +745,12 @@ async fn a_server_that_requires_approval_pauses_the_run_and_runs_the_call_once_a
     let dir = TempDir::new().unwrap();
     let mut counter = counter_over_stdio(dir.path());
     counter.require_approval = ApprovalDefault::Always;
-    let app = app_with(vec![("counter", counter)], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![("counter", counter)]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter", &["count"]).await;
     app.llm.push(Turn::tool_call(
         "call_1",
@@ -787,7 +797,15 @@ async fn a_server_that_requires_approval_pauses_the_run_and_runs_the_call_once_a
 #[tokio::test]
 async fn tools_a_server_adds_while_running_are_offered_after_its_list_changed_notice() {
     let dir = TempDir::new().unwrap();
-    let app = app_with(vec![("counter", counter_over_stdio(dir.path()))], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
+            "counter",
+            counter_over_stdio(dir.path()),
+        )]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter", &["grow"]).await;
     app.llm
         .push(Turn::tool_call("call_1", "grow", r#"{"name": "sprout"}"#));
@@ -818,7 +836,12 @@ async fn a_slow_or_absent_server_holds_up_neither_the_start_nor_the_runs() {
         None,
         Vec::new(),
     );
-    let app = app_with(vec![("slow", slow), ("absent", absent)], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![("slow", slow), ("absent", absent)]))
+        .start()
+        .await;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the start took {:?}",
@@ -879,15 +902,6 @@ async fn a_slow_or_absent_server_holds_up_neither_the_start_nor_the_runs() {
     assert!(builtin.get("error").is_none(), "{builtin}");
 }
 
-/// The binary with `config`, its logs kept.
-fn binary_with(config: &str, dir: &TempDir, llm: &fake_llm::FakeLlm) -> (Process, String, Logs) {
-    let path = dir.path().join("switchyard.toml");
-    std::fs::write(&path, config).unwrap();
-    let database = format!("sqlite://{}/switchyard.db", dir.path().display());
-    let (child, address, logs) = spawn_binary_logged(&database, &llm.base_url(), Some(&path), &[]);
-    (Process(child), address, logs)
-}
-
 #[tokio::test]
 async fn a_bad_schema_and_a_name_clash_are_left_out_with_warnings_naming_both_sources() {
     let installed = installed();
@@ -899,8 +913,10 @@ async fn a_bad_schema_and_a_name_clash_are_left_out_with_warnings_naming_both_so
         installed.counter.display().to_string(),
         state.display().to_string(),
     );
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
-    let (_switchyard, address, logs) = binary_with(&config, &dir, &llm);
+    let llm = FakeLlm::start().await.unwrap();
+    let file = ConfigFile::new(&config);
+    let instance = Binary::new().upstream(&llm).config_file(&file.path).spawn();
+    let (address, logs) = (&instance.address, &instance.logs);
 
     let schema = logs
         .wait_for(|line| line.contains("\"broken\"") && line.contains("invalid parameter schema"))
@@ -1004,27 +1020,29 @@ async fn kill_mid_call_with(database_url: &str, read_only: bool, slow: bool) -> 
     if read_only {
         counter.read_only_tools = vec!["wait".into()];
     }
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
+    let llm = FakeLlm::start().await.unwrap();
     llm.push(Turn::tool_call("call_1", "wait", r#"{"seconds": 30}"#));
     if read_only {
         llm.push(Turn::tool_call("call_2", "wait", r#"{"seconds": 0.2}"#));
     }
     llm.push(Turn::text("Done waiting."));
-    let dir = TempDir::new().unwrap();
-    let config = toml::to_string(&BTreeMap::from([(
-        "mcp_servers",
-        BTreeMap::from([("counter", counter.clone())]),
-    )]))
-    .unwrap();
-    let path = dir.path().join("switchyard.toml");
-    std::fs::write(&path, config).unwrap();
-    let (child, address, logs) =
-        spawn_binary_logged(database_url, &llm.base_url(), Some(&path), &[]);
-    let mut a = Process(child);
-    logs.wait_for(|line| line.contains("MCP server's tools published"))
+    let config = ConfigFile::new(
+        &toml::to_string(&BTreeMap::from([(
+            "mcp_servers",
+            BTreeMap::from([("counter", counter.clone())]),
+        )]))
+        .unwrap(),
+    );
+    let mut a = Binary::new()
+        .database(database_url)
+        .upstream(&llm)
+        .config_file(&config.path)
+        .spawn();
+    a.logs
+        .wait_for(|line| line.contains("MCP server's tools published"))
         .await;
     let response = reqwest::Client::new()
-        .post(format!("http://{address}/v1/responses"))
+        .post(a.url("/v1/responses"))
         .json(
             &json!({"model": "gpt-4o-mini", "input": "go", "stream": true,
                       "tools": [mcp("counter")]}),
@@ -1036,23 +1054,26 @@ async fn kill_mid_call_with(database_url: &str, read_only: bool, slow: bool) -> 
     let live = tokio::spawn(read_until_cut(response, first));
     first_seen.await.unwrap();
     wait_for_count(state.path(), "wait-started", 1).await;
-    kill(&mut a.0);
+    a.kill();
     let id = live.await.unwrap().response_id();
 
-    let llm_url = llm.base_url();
     let started = Instant::now();
-    let b = spawn_app_on(database_url, move |c| {
-        c.runs.lease_ttl_ms = 1_000;
-        c.runs.sweep_interval_ms = 100;
-        c.llm.provider.base_url = Some(llm_url);
-        c.mcp_servers.insert("counter".into(), counter);
-        if slow {
-            let mut slow = server(None, Some("sleep".into()), vec!["30".into()]);
-            slow.startup_timeout_ms = 6_000;
-            c.mcp_servers.insert("slow".into(), slow);
-        }
-    })
-    .await;
+    // B, on the same database and upstream.
+    let b = TestApp::builder()
+        .database(database_url)
+        .upstream(llm)
+        .config(move |c| {
+            c.runs.lease_ttl_ms = 1_000;
+            c.runs.sweep_interval_ms = 100;
+            c.mcp_servers.insert("counter".into(), counter);
+            if slow {
+                let mut slow = server(None, Some("sleep".into()), vec!["30".into()]);
+                slow.startup_timeout_ms = 6_000;
+                c.mcp_servers.insert("slow".into(), slow);
+            }
+        })
+        .start()
+        .await;
     if slow {
         assert!(
             started.elapsed() < Duration::from_millis(4_000),
@@ -1116,23 +1137,20 @@ async fn a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(database_url: 
 
 #[tokio::test]
 async fn an_mcp_call_with_effects_cut_by_a_crash_is_never_run_again_after_a_restart_on_sqlite() {
-    let dir = TempDir::new().unwrap();
-    let url = format!("sqlite://{}/crash.db", dir.path().display());
-    a_call_with_effects_cut_by_a_crash_is_reported_interrupted_and_never_run_again(&url).await;
+    let db = Database::sqlite();
+    a_call_with_effects_cut_by_a_crash_is_reported_interrupted_and_never_run_again(&db.url).await;
 }
 
 #[tokio::test]
 async fn a_read_only_mcp_call_cut_by_a_crash_runs_again_after_a_restart_on_sqlite() {
-    let dir = TempDir::new().unwrap();
-    let url = format!("sqlite://{}/crash.db", dir.path().display());
-    a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(&url).await;
+    let db = Database::sqlite();
+    a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(&db.url).await;
 }
 
 #[tokio::test]
 async fn a_start_with_runs_to_take_over_does_not_wait_for_a_slow_mcp_server() {
-    let dir = TempDir::new().unwrap();
-    let url = format!("sqlite://{}/crash.db", dir.path().display());
-    let (run, state) = kill_mid_call_with(&url, true, true).await;
+    let db = Database::sqlite();
+    let (run, state) = kill_mid_call_with(&db.url, true, true).await;
 
     let calls = mcp_calls(&run);
     assert!(
@@ -1146,15 +1164,14 @@ async fn a_start_with_runs_to_take_over_does_not_wait_for_a_slow_mcp_server() {
 
 #[tokio::test]
 async fn mcp_calls_cut_by_a_crash_follow_the_same_rules_on_another_instance_on_postgres() {
-    let Some(url) = fresh_postgres_url().await else {
-        eprintln!("TEST_DATABASE_URL is not set: skipping");
+    let Some(db) = Database::postgres().await else {
         return;
     };
-    a_call_with_effects_cut_by_a_crash_is_reported_interrupted_and_never_run_again(&url).await;
-    let Some(url) = fresh_postgres_url().await else {
+    a_call_with_effects_cut_by_a_crash_is_reported_interrupted_and_never_run_again(&db.url).await;
+    let Some(db) = Database::postgres().await else {
         return;
     };
-    a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(&url).await;
+    a_read_only_call_cut_by_a_crash_runs_again_with_its_turn(&db.url).await;
 }
 
 #[tokio::test]
@@ -1171,7 +1188,12 @@ async fn an_http_server_gets_the_configured_headers_with_variables_from_the_envi
         .trim_end_matches("/mcp")
         .parse()
         .unwrap();
-    let app = app_with(vec![("counter_http", counter)], |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![("counter_http", counter)]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter_http", &["header", "count"]).await;
     // A configured server stays connected (what `wait_until_disconnected` tells apart).
     assert!(connections_to(port) > 0);
@@ -1208,11 +1230,15 @@ async fn an_http_server_that_restarts_is_used_again() {
         .trim_end_matches("/mcp")
         .parse()
         .unwrap();
-    let app = app_with(
-        vec![("counter_http", server(Some(url), None, Vec::new()))],
-        |_| {},
-    )
-    .await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![(
+            "counter_http",
+            server(Some(url), None, Vec::new()),
+        )]))
+        .start()
+        .await;
     wait_for_tools(&app, "counter_http", &["count"]).await;
     drop(server_process);
     // The same server again, on the same port (a new process, without the old session).
@@ -1257,7 +1283,8 @@ async fn an_http_server_that_restarts_is_used_again() {
 
 #[tokio::test]
 async fn credentials_a_request_sends_for_a_tool_server_are_neither_echoed_nor_stored() {
-    let app = app_with(Vec::new(), |_| {}).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder().database(&db.url).start().await;
     app.llm.push(Turn::text("Hello."));
     let body = json!({"model": "gpt-4o-mini", "input": "hi", "tools": [
         {"type": "mcp", "server_label": "builtin", "require_approval": "never",
@@ -1298,15 +1325,14 @@ async fn credentials_a_request_sends_for_a_tool_server_are_neither_echoed_nor_st
     }
 }
 
-/// The app with servers named in requests allowed for `hosts` (`allow_private` for the
-/// loopback servers of the tests).
-async fn app_naming(hosts: &[&str], allow_private: bool) -> TestApp {
+/// Allows servers named in requests on `hosts` (`allow_private` for the loopback servers of
+/// the tests).
+fn request_servers(hosts: &[&str], allow_private: bool) -> impl FnOnce(&mut Config) + Send {
     let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
-    app_with(Vec::new(), move |config| {
+    move |config| {
         config.tools.request_mcp.allowed_hosts = hosts;
         config.tools.request_mcp.allow_private = allow_private;
-    })
-    .await
+    }
 }
 
 /// Open TCP connections to `port` on this machine (client ends: the remote port is `port`).
@@ -1400,7 +1426,12 @@ async fn servers_named_in_a_request_are_refused_unless_the_operator_lists_their_
         ),
     ];
     for (hosts, allow_private, url, expected) in cases {
-        let app = app_naming(&hosts, allow_private).await;
+        let db = Database::postgres_or_sqlite().await;
+        let app = TestApp::builder()
+            .database(&db.url)
+            .config(request_servers(&hosts, allow_private))
+            .start()
+            .await;
         let (status, reply) = app
             .post("/v1/responses", &run_with(json!([named("mine", &url)])))
             .await;
@@ -1412,7 +1443,12 @@ async fn servers_named_in_a_request_are_refused_unless_the_operator_lists_their_
     }
 
     // A label the operator's configuration has, with credentials: not the request's server.
-    let app = app_naming(&["127.0.0.1"], true).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(request_servers(&["127.0.0.1"], true))
+        .start()
+        .await;
     let mut builtin = named("builtin", &url);
     builtin["headers"] = json!({"Authorization": "Bearer sk-x"});
     let (status, reply) = app.post("/v1/responses", &run_with(json!([builtin]))).await;
@@ -1436,7 +1472,12 @@ async fn servers_named_in_a_request_are_refused_unless_the_operator_lists_their_
 #[tokio::test]
 async fn a_server_named_in_a_request_on_a_listed_host_is_listed_and_called_in_a_streamed_run() {
     let (_http, url) = everything_over_http().await;
-    let app = app_naming(&["127.0.0.1"], true).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(request_servers(&["127.0.0.1"], true))
+        .start()
+        .await;
     app.llm.push(Turn::tool_call(
         "call_sum",
         "get-sum",
@@ -1498,7 +1539,12 @@ async fn a_server_named_in_a_request_on_a_listed_host_is_listed_and_called_in_a_
 async fn a_server_named_in_a_request_waits_for_approval_by_default() {
     let dir = TempDir::new().unwrap();
     let (_server, url) = counter_over_http(dir.path()).await;
-    let app = app_naming(&["127.0.0.1"], true).await;
+    let db = Database::postgres_or_sqlite().await;
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(request_servers(&["127.0.0.1"], true))
+        .start()
+        .await;
     app.llm
         .push(Turn::tool_call("call_1", "count", r#"{"label": "named"}"#));
     let body = run_with(json!([{"type": "mcp", "server_label": "mine", "server_url": url}]));
@@ -1545,8 +1591,10 @@ async fn headers_of_a_server_named_in_a_request_reach_it_and_nothing_else() {
     let state = dir.path().join("counter");
     let (_server, url) = counter_over_http(&state).await;
     let config = "[tools.request_mcp]\nallowed_hosts = [\"127.0.0.1\"]\nallow_private = true\n";
-    let llm = fake_llm::FakeLlm::start().await.unwrap();
-    let (_switchyard, address, logs) = binary_with(config, &dir, &llm);
+    let llm = FakeLlm::start().await.unwrap();
+    let file = ConfigFile::new(config);
+    let instance = Binary::new().upstream(&llm).config_file(&file.path).spawn();
+    let (address, logs) = (&instance.address, &instance.logs);
     let secret = "sk-request-secret-4242";
     llm.push(Turn::tool_call(
         "call_1",

@@ -1,0 +1,26 @@
+//! The service's integration tests, in one binary: a module per subject, and `support` for
+//! what they start (the application in this process, the real binary, databases, a fake
+//! upstream) and what they check every stream with. `cargo test --test it faults::` runs one
+//! subject.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod api;
+mod auth;
+mod background;
+mod cli;
+mod clients;
+mod config;
+mod crash;
+mod faults;
+mod hostile;
+mod lifecycle;
+mod mcp;
+mod openapi;
+mod operate;
+mod pause;
+mod replicas;
+mod schema;
+mod store_contract;
+mod tools;
