@@ -11,7 +11,7 @@ use switchyard::protocol::ids;
 use switchyard::store::{self, NewRun, RunState};
 use switchyard::time::UnixMillis;
 
-use crate::support::{Step, TestApp, Turn, assert_numbering, backends, run_sql};
+use crate::support::{Binary, FakeLlm, Step, TestApp, Turn, assert_numbering, backends, run_sql};
 
 #[tokio::test]
 async fn stored_runs_and_their_event_logs_are_readable_after_a_restart() {
@@ -327,5 +327,43 @@ async fn a_run_that_cannot_be_stored_is_a_500_and_leaves_nothing_behind() {
         assert_eq!(count_rows(url, others, &id).await, 0, "{url}");
         let others = "SELECT COUNT(*) FROM response_events WHERE response_id <> $1";
         assert_eq!(count_rows(url, others, &id).await, 0, "{url}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_error_is_logged_with_its_database_cause_which_the_client_never_sees() {
+    for database in backends().await {
+        let url = &database.url;
+        let llm = FakeLlm::start().await.unwrap();
+        let instance = Binary::new().database(url).upstream(&llm).spawn();
+        refuse_new_runs(url, true).await;
+        llm.push(Turn::text("never shown"));
+        let answer = reqwest::Client::new()
+            .post(instance.url("/v1/responses"))
+            .json(&json!({"model": "gpt-4o-mini", "input": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 500, "{url}");
+        let body = answer.text().await.unwrap();
+        let envelope: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            envelope["error"]["message"],
+            "The server had an error while processing your request."
+        );
+        assert!(!body.contains("refused by the test"), "{body}");
+        // The log line names each layer of the cause once: the store's words, sqlx's, and the
+        // database's own message.
+        let line = instance
+            .logs
+            .wait_for(|line| line.contains("internal error"))
+            .await;
+        for layer in [
+            "database error",
+            "error returned from database",
+            "refused by the test",
+        ] {
+            assert_eq!(line.matches(layer).count(), 1, "{url}: {line}");
+        }
     }
 }
