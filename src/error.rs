@@ -80,7 +80,7 @@ pub enum ApiError {
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// 500: a fault of ours; the cause is logged, the client sees a generic message.
-    #[error("internal error: {0:#}")]
+    #[error("internal error: {}", cause_chain(.0.as_ref()))]
     Internal(anyhow::Error),
 }
 

@@ -114,8 +114,9 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "exiting");
-            eprintln!("error: {e:#}");
+            let chain = switchyard::error::cause_chain(e.as_ref());
+            tracing::error!(error = %chain, "exiting");
+            eprintln!("error: {chain}");
             ExitCode::FAILURE
         }
     }

@@ -59,6 +59,16 @@ impl Cause {
     }
 }
 
+impl From<Box<dyn Error + Send + Sync>> for Cause {
+    /// An error already boxed (a database's own, out of sqlx), shown as it shows itself.
+    fn from(source: Box<dyn Error + Send + Sync>) -> Cause {
+        Cause {
+            message: None,
+            source: Some(Arc::from(source)),
+        }
+    }
+}
+
 impl From<&str> for Cause {
     fn from(message: &str) -> Cause {
         Cause::new(message)

@@ -74,24 +74,36 @@ async fn first_connection(options: &PgConnectOptions) -> Result<(), StoreError> 
                 )));
             }
         };
-        let cause = match &error {
-            sqlx::Error::Io(e) => e.to_string(),
-            sqlx::Error::Database(e) => e.message().to_string(),
-            other => other.to_string(),
-        };
-        let starting = match &error {
-            sqlx::Error::Io(e) => matches!(
-                e.kind(),
-                std::io::ErrorKind::ConnectionRefused
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-            ),
-            sqlx::Error::Database(e) => transient_code(e.code().as_deref()),
-            _ => false,
+        // Told in the words of what failed beneath sqlx (the socket, the database), which stays
+        // the cause: sqlx's wrapper would only repeat them.
+        let (cause, beneath, starting) = match error {
+            sqlx::Error::Io(e) => {
+                let starting = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionRefused
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionAborted
+                );
+                (
+                    e.to_string(),
+                    StoreError::Unavailable(Cause::of(e)),
+                    starting,
+                )
+            }
+            sqlx::Error::Database(e) => {
+                let starting = transient_code(e.code().as_deref());
+                let message = e.message().to_string();
+                let cause = Cause::from(e.into_error());
+                let beneath = match starting {
+                    true => StoreError::Unavailable(cause),
+                    false => StoreError::Rejected(cause),
+                };
+                (message, beneath, starting)
+            }
+            other => (other.to_string(), StoreError::from(other), false),
         };
         if !starting {
-            // Said as the database said it, with the error beneath.
-            return Err(match StoreError::from(error) {
+            return Err(match beneath {
                 StoreError::Unavailable(source) => StoreError::Unavailable(source.saying(cause)),
                 StoreError::Rejected(source) | StoreError::Corrupt(source) => {
                     StoreError::Rejected(source.saying(cause))
@@ -104,7 +116,10 @@ async fn first_connection(options: &PgConnectOptions) -> Result<(), StoreError> 
                 "{cause}, still after {} s of trying",
                 STARTUP_WAIT.as_secs()
             );
-            return Err(StoreError::Unavailable(Cause::of(error).saying(message)));
+            return Err(match beneath {
+                StoreError::Unavailable(source) => StoreError::Unavailable(source.saying(message)),
+                _ => StoreError::unavailable(message),
+            });
         };
         if pause == FIRST_PAUSE {
             tracing::warn!(
