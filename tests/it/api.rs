@@ -13,8 +13,10 @@ fn hello() -> Value {
 
 #[tokio::test]
 async fn a_streamed_text_run_sends_the_spec_event_sequence_numbered_from_zero() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("Hello there world"));
+    let app = TestApp::builder()
+        .script([Turn::text("Hello there world")])
+        .start()
+        .await;
 
     let sse = app.stream(&hello()).await;
 
@@ -91,8 +93,10 @@ async fn a_streamed_text_run_sends_the_spec_event_sequence_numbered_from_zero() 
 
 #[tokio::test]
 async fn a_non_streamed_run_returns_the_completed_response_with_every_key() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("Fine, thanks"));
+    let app = TestApp::builder()
+        .script([Turn::text("Fine, thanks")])
+        .start()
+        .await;
 
     let (status, body) = app
         .post(
@@ -160,10 +164,14 @@ async fn a_stored_run_can_be_retrieved_and_deleted() {
 
 #[tokio::test]
 async fn a_continuation_sends_the_whole_chain_to_the_model_without_old_instructions() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("Paris"));
-    app.llm.push(Turn::text("About two million"));
-    app.llm.push(Turn::text("Yes"));
+    let app = TestApp::builder()
+        .script([
+            Turn::text("Paris"),
+            Turn::text("About two million"),
+            Turn::text("Yes"),
+        ])
+        .start()
+        .await;
 
     let (_, first) = app
         .post(
@@ -634,8 +642,10 @@ async fn upstream_failures_mid_stream_end_with_error_then_response_failed() {
 
 #[tokio::test]
 async fn upstream_failures_without_a_stream_are_502_or_504_and_the_run_is_stored_failed() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::error(500, "boom"));
+    let app = TestApp::builder()
+        .script([Turn::error(500, "boom")])
+        .start()
+        .await;
     let (status, body) = app.post("/v1/responses", &hello()).await;
     assert_eq!(status, 502);
     assert_eq!(body["error"]["type"], "server_error");
@@ -729,8 +739,10 @@ async fn a_client_that_disconnects_mid_stream_does_not_lose_the_run() {
 
 #[tokio::test]
 async fn a_stored_event_log_replays_with_original_numbers_from_any_point() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("a b c"));
+    let app = TestApp::builder()
+        .script([Turn::text("a b c")])
+        .start()
+        .await;
     let live = app.stream(&hello()).await;
     let id = live.response_id();
 
@@ -893,8 +905,10 @@ async fn post_with_key(app: &TestApp, key: &str, body: &Value) -> (u16, Value) {
 
 #[tokio::test]
 async fn an_idempotency_key_returns_the_same_run_for_a_retried_request() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("only once").delayed(200));
+    let app = TestApp::builder()
+        .script([Turn::text("only once").delayed(200)])
+        .start()
+        .await;
     let body = json!({"model": "gpt-4o-mini", "input": "charge the card"});
     // A retry while the first is still running waits for the same run.
     let (first, second) = tokio::join!(post_with_key(&app, "key-1", &body), async {
@@ -957,8 +971,10 @@ async fn an_idempotency_key_returns_the_same_run_for_a_retried_request() {
 #[tokio::test]
 async fn a_retry_whose_response_is_gone_is_refused_and_never_runs_the_model_again() {
     // Found by schemathesis (tests/openapi): such a retry was a 500.
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("once"));
+    let app = TestApp::builder()
+        .script([Turn::text("once")])
+        .start()
+        .await;
     let body = json!({"model": "gpt-4o-mini", "input": "charge the card", "background": true});
     let (status, first) = post_with_key(&app, "deleted", &body).await;
     assert_eq!(status, 200, "{first}");
@@ -998,8 +1014,10 @@ async fn a_retry_whose_response_is_gone_is_refused_and_never_runs_the_model_agai
 
 #[tokio::test]
 async fn concurrent_requests_with_one_idempotency_key_create_one_run() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("once").delayed(100));
+    let app = TestApp::builder()
+        .script([Turn::text("once").delayed(100)])
+        .start()
+        .await;
     let body = json!({"model": "gpt-4o-mini", "input": "once", "background": true});
     let replies =
         futures_util::future::join_all((0..6).map(|_| post_with_key(&app, "same", &body))).await;

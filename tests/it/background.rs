@@ -47,8 +47,10 @@ async fn a_background_run_returns_queued_at_once_and_completes_for_polling() {
 
 #[tokio::test]
 async fn a_streamed_background_run_shows_queued_then_the_run() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("a b c"));
+    let app = TestApp::builder()
+        .script([Turn::text("a b c")])
+        .start()
+        .await;
     let sse = app.stream(&background("work")).await;
     assert_numbering(&sse);
     assert_eq!(
@@ -239,8 +241,10 @@ async fn a_reader_resuming_after_the_last_event_gets_done_at_once() {
 
 #[tokio::test]
 async fn a_retried_background_request_with_its_idempotency_key_answers_at_once_with_the_same_run() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("slow").delayed(1500));
+    let app = TestApp::builder()
+        .script([Turn::text("slow").delayed(1500)])
+        .start()
+        .await;
     let send = || {
         app.client
             .post(app.url("/v1/responses"))

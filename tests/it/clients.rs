@@ -25,9 +25,10 @@ fn messages(app: &TestApp, n: usize) -> Vec<Value> {
 
 #[tokio::test]
 async fn the_response_echoes_sampling_settings_as_numbers_and_function_tools_with_every_key() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("hi"));
-    app.llm.push(Turn::text("hi"));
+    let app = TestApp::builder()
+        .script([Turn::text("hi"), Turn::text("hi")])
+        .start()
+        .await;
 
     let (status, body) = app
         .post(
@@ -63,8 +64,10 @@ async fn the_response_echoes_sampling_settings_as_numbers_and_function_tools_wit
 
 #[tokio::test]
 async fn assistant_messages_with_a_phase_are_accepted_and_kept() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("four"));
+    let app = TestApp::builder()
+        .script([Turn::text("four")])
+        .start()
+        .await;
 
     let (status, body) = app
         .post(
@@ -99,9 +102,10 @@ async fn assistant_messages_with_a_phase_are_accepted_and_kept() {
 
 #[tokio::test]
 async fn item_references_resolve_to_the_items_an_earlier_response_produced() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("Paris is sunny."));
-    app.llm.push(Turn::text("Yes."));
+    let app = TestApp::builder()
+        .script([Turn::text("Paris is sunny."), Turn::text("Yes.")])
+        .start()
+        .await;
     let (_, first) = app
         .post(
             "/v1/responses",
@@ -481,8 +485,7 @@ async fn a_hosted_tool_type_mapped_to_a_tool_server_runs_there() {
 
 #[tokio::test]
 async fn hosted_mcp_as_the_vercel_ai_sdk_declares_it_is_accepted_and_listed_without_nulls() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("ok"));
+    let app = TestApp::builder().script([Turn::text("ok")]).start().await;
     let (status, body) = app
         .post(
             "/v1/responses",
@@ -630,9 +633,10 @@ async fn turn(socket: &mut Socket, request: Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_websocket_carries_responses_in_turn_and_continues_store_false_ones_on_the_same_socket() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("OK"));
-    app.llm.push(Turn::text("cobalt"));
+    let app = TestApp::builder()
+        .script([Turn::text("OK"), Turn::text("cobalt")])
+        .start()
+        .await;
     let mut ws = socket(&app).await;
     let first = turn(
         &mut ws,
@@ -682,8 +686,7 @@ async fn a_websocket_carries_responses_in_turn_and_continues_store_false_ones_on
 
 #[tokio::test]
 async fn a_failed_websocket_continuation_forgets_the_response_it_continued() {
-    let app = TestApp::start().await;
-    app.llm.push(Turn::text("OK"));
+    let app = TestApp::builder().script([Turn::text("OK")]).start().await;
     let mut ws = socket(&app).await;
     let first = turn(
         &mut ws,

@@ -1,6 +1,6 @@
 //! The application in this process: `TestApp::start()` for the default, `TestApp::builder()`
 //! for anything else (a database, extra tool handlers, configuration overrides, the fake
-//! upstream to use), then requests to it as a client makes them.
+//! upstream to use and its script), then requests to it as a client makes them.
 //!
 //! Every app listens on `127.0.0.1:0` with the test configuration ([`test_config`]): open mode,
 //! a scripted fake upstream (`app.llm`) as the default provider, quick timeouts, no retries.
@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_llm::FakeLlm;
+use fake_llm::{FakeLlm, Turn};
 use serde_json::Value;
 use switchyard::app::Application;
 use switchyard::config::{Config, HttpToolConfig, Secret};
@@ -51,6 +51,7 @@ pub struct TestAppBuilder<'a> {
     tools: Vec<(String, Arc<dyn ToolHandler>)>,
     overrides: Vec<Override<'a>>,
     llm: Option<FakeLlm>,
+    script: Vec<Turn>,
 }
 
 /// A test configuration: the fake LLM as the default provider, quick timeouts.
@@ -119,6 +120,13 @@ impl<'a> TestAppBuilder<'a> {
         self
     }
 
+    /// The upstream's script: turns it answers with, in order, queued before the app starts
+    /// (a test can queue more on `app.llm` as it goes).
+    pub fn script(mut self, turns: impl IntoIterator<Item = Turn>) -> Self {
+        self.script.extend(turns);
+        self
+    }
+
     /// Starts the app; returns once it listens.
     pub async fn start(self) -> TestApp {
         // RUST_LOG=switchyard=debug shows the service's logs with a failing test's output.
@@ -127,6 +135,9 @@ impl<'a> TestAppBuilder<'a> {
             Some(llm) => llm,
             None => FakeLlm::start().await.unwrap(),
         };
+        for turn in self.script {
+            llm.push(turn);
+        }
         let mut database = self.database;
         let database_url = match self.database_url {
             Some(url) => url,
@@ -167,6 +178,7 @@ impl TestApp {
             tools: Vec::new(),
             overrides: Vec::new(),
             llm: None,
+            script: Vec::new(),
         }
     }
 
