@@ -11,8 +11,11 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::redact;
 
+mod provider;
 mod sources;
 mod validate;
+
+pub use provider::{Profile, ReasoningFormat, SendBack};
 
 pub use sources::{did_you_mean, key};
 
@@ -297,6 +300,14 @@ struct LlmSection {
     http2: bool,
     #[serde(default)]
     max_concurrent_requests: Option<usize>,
+    #[serde(default)]
+    profile: Option<Profile>,
+    #[serde(default)]
+    reasoning_format: Option<ReasoningFormat>,
+    #[serde(default)]
+    reasoning_send_back: Option<SendBack>,
+    #[serde(default)]
+    api_version: Option<String>,
     connect_timeout_ms: u64,
     first_byte_timeout_ms: u64,
     idle_timeout_ms: u64,
@@ -315,6 +326,10 @@ impl From<LlmSection> for LlmConfig {
                 models: section.models,
                 http2: section.http2,
                 max_concurrent_requests: section.max_concurrent_requests,
+                profile: section.profile,
+                reasoning_format: section.reasoning_format,
+                reasoning_send_back: section.reasoning_send_back,
+                api_version: section.api_version,
             },
             connect_timeout_ms: section.connect_timeout_ms,
             first_byte_timeout_ms: section.first_byte_timeout_ms,
@@ -352,6 +367,19 @@ pub struct ProviderConfig {
     /// `llm.first_byte_timeout_ms`). None: unlimited.
     #[serde(default)]
     pub max_concurrent_requests: Option<usize>,
+    /// Whose dialect of chat completions it speaks (SPEC §14); by default the one of the
+    /// public endpoint `base_url` names, else `generic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+    /// Where its models' reasoning is read from; by default the profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_format: Option<ReasoningFormat>,
+    /// Which earlier reasoning its models are sent again; by default the profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_send_back: Option<SendBack>,
+    /// Azure OpenAI's `api-version` query parameter (deployment URLs need one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -453,6 +481,11 @@ pub struct ResolvedProvider {
     pub models: Vec<String>,
     pub http2: bool,
     pub max_concurrent_requests: Option<usize>,
+    pub profile: Profile,
+    /// The configured overrides of the profile's reasoning defaults.
+    pub reasoning_format: Option<ReasoningFormat>,
+    pub reasoning_send_back: Option<SendBack>,
+    pub api_version: Option<String>,
 }
 
 /// The layered configuration a [`Config`] was read from, kept to say where a value came from.
@@ -543,8 +576,15 @@ fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedP
                 .then(|| env_value("OPENAI_API_KEY").map(Secret))
                 .flatten()
         });
+    let profile = provider
+        .profile
+        .unwrap_or_else(|| Profile::for_url(&base_url));
     ResolvedProvider {
         name: name.to_string(),
+        profile,
+        reasoning_format: provider.reasoning_format,
+        reasoning_send_back: provider.reasoning_send_back,
+        api_version: provider.api_version.clone(),
         base_url: base_url.trim_end_matches('/').to_string(),
         api_key,
         models: provider.models.clone(),
@@ -625,6 +665,10 @@ mod tests {
             models: vec!["llama3.1".into()],
             http2: true,
             max_concurrent_requests: Some(4),
+            profile: Some(Profile::Vllm),
+            reasoning_format: Some(ReasoningFormat::ThinkTags),
+            reasoning_send_back: Some(SendBack::TurnLoop),
+            api_version: Some("2024-10-21".into()),
         };
         let table = toml::to_string(&provider).unwrap();
         let config = read(&format!("[llm]\n{table}")).unwrap();

@@ -6,7 +6,13 @@
 //! echoes the last user message, which keeps manual runs and benchmarks simple.
 //!
 //! The same server runs in-process (`FakeLlm::start`) for Rust tests and as the `fake-llm`
-//! binary for the client-compatibility suite, driven there through `/control/*`.
+//! binary for the client-compatibility suite, driven there through `/control/*`. As a
+//! [`Persona`] it plays one provider: reasoning where that provider streams it, and the
+//! refusals that provider documents.
+
+mod persona;
+
+pub use persona::{Persona, ReasoningForm, Seen};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -15,7 +21,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -44,7 +50,8 @@ pub enum Step {
     Delay { ms: u64 },
     /// One chunk carrying a content delta.
     Text { text: String },
-    /// One chunk carrying a reasoning delta (`delta.reasoning_content`).
+    /// One chunk carrying a reasoning delta, where the persona streams reasoning
+    /// (`delta.reasoning_content`, `delta.reasoning`, or `<think>` in the content).
     Reasoning { text: String },
     /// The first chunk of a tool call: its id, name and the start of its arguments.
     ToolCall {
@@ -179,6 +186,7 @@ struct Script {
     turns: VecDeque<Turn>,
     requests: Vec<Value>,
     versions: Vec<String>,
+    seen: Vec<Seen>,
 }
 
 #[derive(Clone, Default)]
@@ -190,6 +198,7 @@ struct Shared {
     tool_turns: usize,
     /// See [`Synthetic::call_tools`].
     call_tools: bool,
+    persona: Persona,
 }
 
 /// A synthetic default answer for benchmarks: `deltas` text chunks, the first after
@@ -261,11 +270,23 @@ impl FakeLlm {
         FakeLlm::start_on("127.0.0.1:0").await
     }
 
+    /// Starts on `127.0.0.1:0`, playing `persona`.
+    pub async fn start_as(persona: Persona) -> std::io::Result<FakeLlm> {
+        FakeLlm::listen("127.0.0.1:0", persona).await
+    }
+
     /// Starts on the given address.
     pub async fn start_on(addr: &str) -> std::io::Result<FakeLlm> {
+        FakeLlm::listen(addr, Persona::Generic).await
+    }
+
+    async fn listen(addr: &str, persona: Persona) -> std::io::Result<FakeLlm> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let shared = Shared::default();
+        let shared = Shared {
+            persona,
+            ..Shared::default()
+        };
         let app = router(shared.clone());
         let (tx, rx) = tokio::sync::watch::channel(());
         tokio::spawn(accept_loop(listener, app, rx));
@@ -300,6 +321,11 @@ impl FakeLlm {
         self.shared.lock().versions.clone()
     }
 
+    /// What was seen of each request besides its body (path, query, credentials), in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.shared.lock().seen.clone()
+    }
+
     /// How many turns are still queued.
     pub fn pending(&self) -> usize {
         self.shared.lock().turns.len()
@@ -310,6 +336,12 @@ impl FakeLlm {
 fn router(shared: Shared) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        // Azure OpenAI's deployment and v1 URLs, served by the `azure` persona.
+        .route(
+            "/openai/deployments/{deployment}/chat/completions",
+            post(chat_completions),
+        )
+        .route("/openai/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
         .route("/tool", post(tool))
         .route("/control/turns", post(push_turns))
@@ -318,8 +350,12 @@ fn router(shared: Shared) -> Router {
         .with_state(shared)
 }
 
-/// Serves forever on `addr`, printing `listening on http://ADDR` once bound.
-pub async fn serve(addr: &str, synthetic: Option<Synthetic>) -> std::io::Result<()> {
+/// Serves forever on `addr` as `persona`, printing `listening on http://ADDR` once bound.
+pub async fn serve(
+    addr: &str,
+    synthetic: Option<Synthetic>,
+    persona: Persona,
+) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let shared = Shared {
@@ -329,6 +365,7 @@ pub async fn serve(addr: &str, synthetic: Option<Synthetic>) -> std::io::Result<
             .map(|s| Arc::new(s.turn())),
         tool_turns: synthetic.map_or(0, |s| s.tool_turns),
         call_tools: synthetic.is_some_and(|s| s.call_tools),
+        persona,
         ..Shared::default()
     };
     let (_running, shutdown) = tokio::sync::watch::channel(());
@@ -402,24 +439,52 @@ async fn reset(State(shared): State<Shared>) -> StatusCode {
     script.turns.clear();
     script.requests.clear();
     script.versions.clear();
+    script.seen.clear();
     StatusCode::NO_CONTENT
 }
 
 async fn chat_completions(
     State(shared): State<Shared>,
     version: axum::http::Version,
+    uri: Uri,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let seen = Seen {
+        path: uri.path().to_string(),
+        query: uri.query().map(str::to_string),
+        authorization: header("authorization"),
+        api_key: header("api-key"),
+    };
+    if !shared.persona.serves(&seen.path) {
+        return (StatusCode::NOT_FOUND, "404 page not found").into_response();
+    }
+    let refusal = shared.persona.refusal(&request, &seen);
     let turn = {
         let mut script = shared.lock();
         // A benchmark's synthetic upstream answers millions of requests: it keeps none.
         if shared.default.is_none() {
             script.requests.push(request.clone());
             script.versions.push(format!("{version:?}"));
+            script.seen.push(seen);
         }
-        script.turns.pop_front()
+        // A refused request leaves the script as it is.
+        match refusal {
+            Some(_) => None,
+            None => script.turns.pop_front(),
+        }
     };
+    if let Some((status, body)) = refusal {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        return (status, Json(body)).into_response();
+    }
     let turn = turn.unwrap_or_else(|| {
         // Only a request that offers tools gets tool calls: one fake serves both scenarios.
         let done = tool_call_turns(&request);
@@ -471,7 +536,7 @@ async fn chat_completions(
         return response;
     }
 
-    let stream = async_stream(steps, model);
+    let stream = async_stream(steps, model, shared.persona.reasoning());
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .body(Body::from_stream(stream))
@@ -575,6 +640,7 @@ fn last_user_text(request: &Value) -> String {
 fn async_stream(
     steps: VecDeque<Step>,
     model: String,
+    reasoning: ReasoningForm,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
@@ -586,7 +652,35 @@ fn async_stream(
             })
         };
         let mut first = true;
+        // Inside a `<think>` block (ReasoningForm::ThinkTags).
+        let mut thinking = false;
         for step in steps {
+            if thinking && !matches!(step, Step::Reasoning { .. } | Step::Delay { .. }) {
+                thinking = false;
+                let close = match step {
+                    Step::Text { .. } => None,
+                    _ => Some(chunk(json!({"content": "</think>\n\n"}), None)),
+                };
+                if let Some(data) = close
+                    && tx
+                        .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                if let Step::Text { text } = &step {
+                    let data = chunk(json!({"content": format!("</think>\n\n{text}")}), None);
+                    if tx
+                        .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+            }
             let data = match step {
                 Step::Delay { ms } => {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -600,7 +694,15 @@ fn async_stream(
                     }
                     chunk(delta, None)
                 }
-                Step::Reasoning { text } => chunk(json!({"reasoning_content": text}), None),
+                Step::Reasoning { text } => match reasoning {
+                    ReasoningForm::Field(field) => chunk(json!({ field: text }), None),
+                    ReasoningForm::ThinkTags => {
+                        let opening = if thinking { "" } else { "<think>" };
+                        thinking = true;
+                        chunk(json!({"content": format!("{opening}{text}")}), None)
+                    }
+                    ReasoningForm::Hidden => continue,
+                },
                 Step::ToolCall {
                     index,
                     id,

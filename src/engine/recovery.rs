@@ -34,7 +34,9 @@ const INTERRUPTED: &str =
 fn rebuild_output(events: &[EventRecord]) -> (Vec<Item>, BTreeSet<usize>) {
     let mut items: BTreeMap<usize, Value> = BTreeMap::new();
     let mut open = BTreeSet::new();
+    // Text streamed into items still open: their answer, reasoning, or reasoning summary.
     let mut text: HashMap<usize, String> = HashMap::new();
+    let mut summarised = BTreeSet::new();
     for event in events {
         let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
             continue;
@@ -52,7 +54,15 @@ fn rebuild_output(events: &[EventRecord]) -> (Vec<Item>, BTreeSet<usize>) {
                 items.insert(index, data["item"].clone());
                 open.remove(&index);
             }
-            ("response.output_text.delta", Some(index)) => {
+            ("response.reasoning_summary_part.added", Some(index)) => {
+                summarised.insert(index);
+            }
+            (
+                "response.output_text.delta"
+                | "response.reasoning_text.delta"
+                | "response.reasoning_summary_text.delta",
+                Some(index),
+            ) => {
                 text.entry(index)
                     .or_default()
                     .push_str(data["delta"].as_str().unwrap_or_default());
@@ -61,11 +71,18 @@ fn rebuild_output(events: &[EventRecord]) -> (Vec<Item>, BTreeSet<usize>) {
         }
     }
     for index in &open {
-        if let (Some(item), Some(text)) = (items.get_mut(index), text.get(index))
-            && item["type"] == "message"
-        {
+        let (Some(item), Some(text)) = (items.get_mut(index), text.get(index)) else {
+            continue;
+        };
+        if item["type"] == "message" {
             item["content"] =
                 json!([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]);
+        } else if item["type"] == "reasoning" {
+            // An item streams either its text or its summary (see `run::output`).
+            match summarised.contains(index) {
+                true => item["summary"] = json!([{"type": "summary_text", "text": text}]),
+                false => item["content"] = json!([{"type": "reasoning_text", "text": text}]),
+            }
         }
     }
     let output = items

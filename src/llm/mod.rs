@@ -1,12 +1,15 @@
 //! The upstream model. `LlmClient` speaks in Responses terms (items in, model events out) so
 //! the engine never sees a provider's wire format; `openai` implements it over the
-//! chat-completions streaming API, `resilient` adds retries, concurrency caps and fallbacks,
-//! and `router` picks the client of a model.
+//! chat-completions streaming API in the dialect of its provider's `profile`, `think` finds
+//! `<think>` blocks in streamed text, `resilient` adds retries, concurrency caps and
+//! fallbacks, and `router` picks the client of a model.
 
 pub mod openai;
+pub mod profile;
 pub mod resilient;
 mod router;
 pub mod sse;
+mod think;
 
 pub use router::ModelRouter;
 

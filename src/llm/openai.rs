@@ -11,9 +11,11 @@ use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::profile::{Auth, Dialect, EffortField};
 use super::sse::SseDecoder;
+use super::think::ThinkSplitter;
 use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelStream};
-use crate::config::{LlmConfig, ResolvedProvider, Secret};
+use crate::config::{LlmConfig, ReasoningFormat, ResolvedProvider, Secret, SendBack};
 use crate::protocol::items::{ContentPart, Item, Role};
 use crate::protocol::response::{InputTokensDetails, OutputTokensDetails, Usage};
 use crate::protocol::transcript::Entry;
@@ -23,7 +25,8 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 pub struct ChatCompletionsClient {
     http: reqwest::Client,
-    url: String,
+    base_url: String,
+    dialect: Dialect,
     api_key: Option<Secret>,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
@@ -48,7 +51,8 @@ impl ChatCompletionsClient {
             .map_err(|e| LlmError::Connect(format!("cannot build the HTTP client: {e}")))?;
         Ok(ChatCompletionsClient {
             http,
-            url: format!("{}/chat/completions", provider.base_url),
+            base_url: provider.base_url.clone(),
+            dialect: Dialect::for_provider(provider),
             api_key: provider.api_key.clone(),
             first_byte_timeout: Duration::from_millis(llm.first_byte_timeout_ms),
             idle_timeout: Duration::from_millis(llm.idle_timeout_ms),
@@ -59,10 +63,14 @@ impl ChatCompletionsClient {
 #[async_trait]
 impl LlmClient for ChatCompletionsClient {
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, LlmError> {
-        let body = chat_request_body(request);
-        let mut call = self.http.post(&self.url).json(&body);
+        let body = chat_request_body(request, &self.dialect);
+        let url = self.dialect.url(&self.base_url, &request.model);
+        let mut call = self.http.post(url).json(&body);
         if let Some(key) = &self.api_key {
-            call = call.bearer_auth(key.expose());
+            call = match self.dialect.auth {
+                Auth::Bearer => call.bearer_auth(key.expose()),
+                Auth::ApiKeyHeader => call.header("api-key", key.expose()),
+            };
         }
         let response = tokio::time::timeout(self.first_byte_timeout, call.send())
             .await
@@ -98,6 +106,7 @@ impl LlmClient for ChatCompletionsClient {
         Ok(Box::pin(decode_chunks(
             response.bytes_stream(),
             self.idle_timeout,
+            Reader::new(self.dialect.reasoning_format),
         )))
     }
 }
@@ -147,11 +156,14 @@ async fn read_error_message(response: reqwest::Response, timeout: Duration) -> S
     }
 }
 
-/// Maps the model-neutral request to a chat-completions body.
-pub fn chat_request_body(request: &ModelRequest) -> Value {
+/// Maps the model-neutral request to a chat-completions body in the provider's dialect.
+pub fn chat_request_body(request: &ModelRequest, dialect: &Dialect) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
-    body.insert("messages".into(), Value::Array(chat_messages(request)));
+    body.insert(
+        "messages".into(),
+        Value::Array(chat_messages(request, dialect)),
+    );
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     if !request.tools.is_empty() {
@@ -182,21 +194,27 @@ pub fn chat_request_body(request: &ModelRequest) -> Value {
             body.insert(key.into(), value);
         }
     };
-    put("temperature", request.temperature.map(|v| json!(v)));
-    put("top_p", request.top_p.map(|v| json!(v)));
+    if !dialect.refuses_sampling(&request.model) {
+        put("temperature", request.temperature.map(|v| json!(v)));
+        put("top_p", request.top_p.map(|v| json!(v)));
+        put(
+            "presence_penalty",
+            request.presence_penalty.map(|v| json!(v)),
+        );
+        put(
+            "frequency_penalty",
+            request.frequency_penalty.map(|v| json!(v)),
+        );
+    }
     put(
-        "presence_penalty",
-        request.presence_penalty.map(|v| json!(v)),
+        dialect.token_limit,
+        request.max_output_tokens.map(|v| json!(v)),
     );
-    put(
-        "frequency_penalty",
-        request.frequency_penalty.map(|v| json!(v)),
-    );
-    put("max_tokens", request.max_output_tokens.map(|v| json!(v)));
-    put(
-        "reasoning_effort",
-        request.reasoning_effort.as_ref().map(|v| json!(v)),
-    );
+    let effort = request.reasoning_effort.as_ref();
+    match dialect.effort {
+        EffortField::ReasoningEffort => put("reasoning_effort", effort.map(|v| json!(v))),
+        EffortField::ReasoningObject => put("reasoning", effort.map(|v| json!({"effort": v}))),
+    }
     put("user", request.user.as_ref().map(|v| json!(v)));
     put(
         "response_format",
@@ -235,8 +253,9 @@ pub const COMPACTION_PREFIX: &str = "[Summary of the earlier conversation]";
 
 /// Items → chat messages. Consecutive calls (client functions and server calls) become one
 /// assistant message with several `tool_calls`, each directly followed by its result, as
-/// chat-completions requires; tool listings are not part of the conversation.
-fn chat_messages(request: &ModelRequest) -> Vec<Value> {
+/// chat-completions requires; tool listings are not part of the conversation. Reasoning is
+/// sent back, on the assistant message it preceded, where the dialect says.
+fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
     let entries = &request.items;
     let items = || entries.iter().filter_map(Entry::item);
     let client_outputs: HashMap<&str, String> = items().filter_map(Item::as_output).collect();
@@ -249,6 +268,7 @@ fn chat_messages(request: &ModelRequest) -> Vec<Value> {
     if let Some(instructions) = &request.instructions {
         messages.push(json!({"role": "system", "content": instructions}));
     }
+    let mut reasoning = SentBack::new(dialect, entries);
     let call_at = |index: usize| {
         entries
             .get(index)
@@ -275,37 +295,21 @@ fn chat_messages(request: &ModelRequest) -> Vec<Value> {
                 results.push((id, result));
                 index += 1;
             }
-            attach_tool_calls(&mut messages, calls);
+            reasoning.attach(attach_tool_calls(&mut messages, calls));
             for (id, result) in results {
                 let content =
                     result.unwrap_or_else(|| "No output was provided for this call.".into());
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
             }
+            reasoning.pending = None;
             continue;
         }
-        match item {
-            Item::Message(message) => {
-                let role = match message.role {
-                    Role::User => "user",
-                    // `developer` is not understood by every compatible server; `system` is.
-                    Role::System | Role::Developer => "system",
-                    Role::Assistant => "assistant",
-                };
-                messages.push(json!({"role": role, "content": chat_content(&message.content)}));
-            }
-            // A user message, which every compatible server accepts anywhere.
-            Item::Compaction(compaction) => messages.push(json!({
-                "role": "user",
-                "content": format!("{COMPACTION_PREFIX}\n{}", compaction.encrypted_content),
-            })),
-            other => {
-                if let Some((call_id, text)) = other.as_output()
-                    && !called.contains(call_id)
-                {
-                    messages
-                        .push(json!({"role": "tool", "tool_call_id": call_id, "content": text}));
-                }
-                // Tool listings and approval items are not part of the conversation.
+        if let Item::Reasoning(item) = item {
+            reasoning.keep(index, item);
+        } else if let Some(message) = chat_message(item, &called) {
+            messages.push(message);
+            if let Some(last) = messages.last_mut() {
+                reasoning.attach(last);
             }
         }
         index += 1;
@@ -313,17 +317,98 @@ fn chat_messages(request: &ModelRequest) -> Vec<Value> {
     messages
 }
 
-/// Puts tool calls on the assistant message just before them (its text and its calls are one
-/// turn), or on a new one.
-fn attach_tool_calls(messages: &mut Vec<Value>, calls: Vec<Value>) {
-    if let Some(last) = messages.last_mut()
-        && last["role"] == "assistant"
-        && last.get("tool_calls").is_none()
-    {
-        last["tool_calls"] = Value::Array(calls);
-        return;
+/// One item that is not a call as a chat message, if the model is shown it.
+fn chat_message(item: &Item, called: &HashSet<String>) -> Option<Value> {
+    match item {
+        Item::Message(message) => {
+            let role = match message.role {
+                Role::User => "user",
+                // `developer` is not understood by every compatible server; `system` is.
+                Role::System | Role::Developer => "system",
+                Role::Assistant => "assistant",
+            };
+            Some(json!({"role": role, "content": chat_content(&message.content)}))
+        }
+        // A user message, which every compatible server accepts anywhere.
+        Item::Compaction(compaction) => Some(json!({
+            "role": "user",
+            "content": format!("{COMPACTION_PREFIX}\n{}", compaction.encrypted_content),
+        })),
+        other => {
+            let (call_id, text) = other.as_output()?;
+            // Tool listings and approval items are not part of the conversation.
+            (!called.contains(call_id))
+                .then(|| json!({"role": "tool", "tool_call_id": call_id, "content": text}))
+        }
     }
-    messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+}
+
+/// Earlier reasoning on its way back to the model: kept from the reasoning items the dialect
+/// sends back, put on the assistant message that follows them (the one that called tools,
+/// under `SendBack::ToolCalls`), and dropped at the next message of another role.
+struct SentBack {
+    mode: SendBack,
+    field: &'static str,
+    /// Reasoning items before this index are not sent back (`usize::MAX`: none is).
+    from: usize,
+    pending: Option<String>,
+}
+
+impl SentBack {
+    fn new(dialect: &Dialect, entries: &[Entry]) -> SentBack {
+        let from = match dialect.send_back {
+            SendBack::Never => usize::MAX,
+            SendBack::Always | SendBack::ToolCalls => 0,
+            SendBack::TurnLoop => entries
+                .iter()
+                .rposition(|e| e.item().is_some_and(Item::is_user_message))
+                .map_or(0, |i| i + 1),
+        };
+        SentBack {
+            mode: dialect.send_back,
+            field: dialect.send_back_field,
+            from,
+            pending: None,
+        }
+    }
+
+    fn keep(&mut self, index: usize, item: &crate::protocol::items::Reasoning) {
+        if index >= self.from {
+            self.pending.get_or_insert_default().push_str(&item.text());
+        }
+    }
+
+    /// A message was added: an assistant message takes the reasoning before it.
+    fn attach(&mut self, message: &mut Value) {
+        if message["role"] != "assistant" {
+            self.pending = None;
+            return;
+        }
+        if self.mode != SendBack::ToolCalls {
+            if let Some(text) = self.pending.take() {
+                message[self.field] = json!(text);
+            }
+            return;
+        }
+        // Its calls may still be merged into it: the reasoning waits for them.
+        if message.get("tool_calls").is_some() && message.get(self.field).is_none() {
+            message[self.field] = json!(self.pending.take().unwrap_or_default());
+        }
+    }
+}
+
+/// Puts tool calls on the assistant message just before them (its text and its calls are one
+/// turn), or on a new one; returns that message.
+fn attach_tool_calls(messages: &mut Vec<Value>, calls: Vec<Value>) -> &mut Value {
+    let merge = messages
+        .last()
+        .is_some_and(|last| last["role"] == "assistant" && last.get("tool_calls").is_none());
+    if !merge {
+        messages.push(json!({"role": "assistant", "content": null}));
+    }
+    let last = messages.len() - 1;
+    messages[last]["tool_calls"] = Value::Array(calls);
+    &mut messages[last]
 }
 
 /// Text-only content as a string (understood everywhere); otherwise chat content parts.
@@ -376,19 +461,20 @@ fn chat_content(parts: &[ContentPart]) -> Value {
 fn decode_chunks(
     body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
     idle_timeout: Duration,
+    reader: Reader,
 ) -> impl Stream<Item = Result<ModelEvent, LlmError>> + Send {
     struct State<S> {
         body: S,
         decoder: SseDecoder,
         pending: VecDeque<Result<ModelEvent, LlmError>>,
-        finished: bool,
+        reader: Reader,
         done: bool,
     }
     let state = State {
         body: Box::pin(body),
         decoder: SseDecoder::new(),
         pending: VecDeque::new(),
-        finished: false,
+        reader,
         done: false,
     };
     futures_util::stream::unfold(state, move |mut state| async move {
@@ -422,9 +508,9 @@ fn decode_chunks(
                     state.done = true;
                     let tail: Vec<String> = state.decoder.finish().into_iter().collect();
                     for payload in tail {
-                        parse_payload(&payload, &mut state.pending, &mut state.finished);
+                        state.reader.parse(&payload, &mut state.pending);
                     }
-                    if !state.finished {
+                    if !state.reader.finished {
                         state.pending.push_back(Err(LlmError::Protocol(
                             "the stream ended before the model finished".into(),
                         )));
@@ -436,7 +522,7 @@ fn decode_chunks(
             };
             for payload in payloads {
                 if payload.trim() == "[DONE]" {
-                    if !state.finished {
+                    if !state.reader.finished {
                         state.pending.push_back(Err(LlmError::Protocol(
                             "the stream ended before the model finished".into(),
                         )));
@@ -444,7 +530,7 @@ fn decode_chunks(
                     state.done = true;
                     break;
                 }
-                parse_payload(&payload, &mut state.pending, &mut state.finished);
+                state.reader.parse(&payload, &mut state.pending);
             }
         }
     })
@@ -573,11 +659,64 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
-/// One chunk → events. `finished` records that a finish reason was seen.
+/// Reads one streamed reply's chunks into events, finding its reasoning where the dialect
+/// says it is.
+struct Reader {
+    /// A finish reason was seen.
+    finished: bool,
+    format: ReasoningFormat,
+    /// Splits `<think>` blocks from the content (`ReasoningFormat::ThinkTags`).
+    think: Option<ThinkSplitter>,
+}
+
+impl Reader {
+    fn new(format: ReasoningFormat) -> Reader {
+        Reader {
+            finished: false,
+            format,
+            think: (format == ReasoningFormat::ThinkTags).then(ThinkSplitter::default),
+        }
+    }
+
+    /// One chunk → events.
+    fn parse(&mut self, payload: &str, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
+        parse_payload(payload, out, self);
+    }
+
+    /// A delta's reasoning: `reasoning_content` or `reasoning`, never both (vLLM sent both
+    /// while it renamed the field).
+    fn reasoning(&self, delta: &mut Delta<'_>, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
+        if self.format == ReasoningFormat::None {
+            return;
+        }
+        let content = std::mem::take(&mut delta.reasoning_content).non_empty();
+        let text = content.or_else(|| std::mem::take(&mut delta.reasoning).non_empty());
+        if let Some(text) = text {
+            out.push_back(Ok(ModelEvent::ReasoningDelta(text)));
+        }
+    }
+
+    fn content(&mut self, text: String, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
+        match &mut self.think {
+            Some(splitter) => splitter.feed(&text, out),
+            None => out.push_back(Ok(ModelEvent::TextDelta(text))),
+        }
+    }
+
+    /// The content ended (a call or the finish reason came): what a `<think>` splitter
+    /// held back is decided.
+    fn end_content(&mut self, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
+        if let Some(splitter) = &mut self.think {
+            splitter.finish(out);
+        }
+    }
+}
+
+/// One chunk → events.
 fn parse_payload(
     payload: &str,
     out: &mut VecDeque<Result<ModelEvent, LlmError>>,
-    finished: &mut bool,
+    reader: &mut Reader,
 ) {
     let chunk: Chunk = match serde_json::from_str(payload) {
         Ok(chunk) => chunk,
@@ -602,14 +741,13 @@ fn parse_payload(
         return;
     }
     if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
-        if let Some(delta) = choice.delta {
-            for text in [delta.reasoning_content, delta.reasoning] {
-                if let Some(text) = text.non_empty() {
-                    out.push_back(Ok(ModelEvent::ReasoningDelta(text)));
-                }
-            }
+        if let Some(mut delta) = choice.delta {
+            reader.reasoning(&mut delta, out);
             if let Some(text) = delta.content.non_empty() {
-                out.push_back(Ok(ModelEvent::TextDelta(text)));
+                reader.content(text, out);
+            }
+            if delta.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) {
+                reader.end_content(out);
             }
             for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
                 let (name, arguments) = match call.function {
@@ -625,7 +763,8 @@ fn parse_payload(
             }
         }
         if let Some(reason) = choice.finish_reason.0 {
-            *finished = true;
+            reader.end_content(out);
+            reader.finished = true;
             out.push_back(Ok(ModelEvent::Finish(FinishReason::parse(&reason))));
         }
     }
@@ -698,7 +837,7 @@ mod tests {
             max_output_tokens: Some(50),
             ..ModelRequest::default()
         };
-        let body = chat_request_body(&request);
+        let body = chat_request_body(&request, &Dialect::of(crate::config::Profile::Generic));
         assert_eq!(
             body["messages"][0],
             json!({"role": "system", "content": "be brief"})
@@ -722,26 +861,26 @@ mod tests {
     #[test]
     fn chunks_become_text_tool_call_usage_and_finish_events() {
         let mut out = VecDeque::new();
-        let mut finished = false;
+        let mut reader = Reader::new(ReasoningFormat::ThinkTags);
         parse_payload(
             r#"{"choices":[{"delta":{"content":"Hi"}}]}"#,
             &mut out,
-            &mut finished,
+            &mut reader,
         );
         parse_payload(
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}]}}]}"#,
             &mut out,
-            &mut finished,
+            &mut reader,
         );
         parse_payload(
             r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
             &mut out,
-            &mut finished,
+            &mut reader,
         );
         parse_payload(
             r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
             &mut out,
-            &mut finished,
+            &mut reader,
         );
         let events: Vec<_> = out.into_iter().map(|e| e.ok()).collect();
         assert_eq!(events[0], Some(ModelEvent::TextDelta("Hi".into())));
@@ -750,26 +889,26 @@ mod tests {
         );
         assert_eq!(events[2], Some(ModelEvent::Finish(FinishReason::Stop)));
         assert!(matches!(&events[3], Some(ModelEvent::Usage(u)) if u.total_tokens == 7));
-        assert!(finished);
+        assert!(reader.finished);
     }
 
     #[test]
     fn escaped_text_is_decoded_and_fields_that_are_not_strings_are_skipped() {
         let mut out = VecDeque::new();
-        let mut finished = false;
+        let mut reader = Reader::new(ReasoningFormat::ThinkTags);
         parse_payload(
             r#"{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b\u00e9",
                 "reasoning":{"summary":[1]},"reasoning_content":null,"tool_calls":null},
                 "finish_reason":null,"logprobs":null}],"usage":null}"#,
             &mut out,
-            &mut finished,
+            &mut reader,
         );
         parse_payload(
             r#"{"error":{"message":"overloaded","code":529}}"#,
             &mut out,
-            &mut finished,
+            &mut reader,
         );
-        parse_payload(r#"{"choices":"#, &mut out, &mut finished);
+        parse_payload(r#"{"choices":"#, &mut out, &mut reader);
         assert_eq!(out.len(), 3, "{out:?}");
         assert_eq!(
             out[0].as_ref().ok(),
@@ -779,6 +918,6 @@ mod tests {
             matches!(&out[1], Err(LlmError::Status { status: 529, message, .. }) if message == "overloaded")
         );
         assert!(matches!(&out[2], Err(LlmError::Protocol(_))));
-        assert!(!finished);
+        assert!(!reader.finished);
     }
 }

@@ -63,6 +63,50 @@ pub enum Event {
         text: String,
         logprobs: Vec<Value>,
     },
+    /// Reasoning text as the upstream streams it (SPEC §13).
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningTextDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningTextDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+    },
+    /// With `reasoning.summary` asked for, the reasoning streams as a summary part.
+    #[serde(rename = "response.reasoning_summary_part.added")]
+    ReasoningSummaryPartAdded {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        part: Value,
+    },
+    #[serde(rename = "response.reasoning_summary_text.delta")]
+    ReasoningSummaryTextDelta {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_summary_text.done")]
+    ReasoningSummaryTextDone {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        text: String,
+    },
+    #[serde(rename = "response.reasoning_summary_part.done")]
+    ReasoningSummaryPartDone {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        part: Value,
+    },
     #[serde(rename = "response.function_call_arguments.delta")]
     FunctionCallArgumentsDelta {
         item_id: String,
@@ -179,6 +223,12 @@ impl Event {
             Event::ContentPartDone { .. } => "response.content_part.done",
             Event::OutputTextDelta { .. } => "response.output_text.delta",
             Event::OutputTextDone { .. } => "response.output_text.done",
+            Event::ReasoningTextDelta { .. } => "response.reasoning_text.delta",
+            Event::ReasoningTextDone { .. } => "response.reasoning_text.done",
+            Event::ReasoningSummaryPartAdded { .. } => "response.reasoning_summary_part.added",
+            Event::ReasoningSummaryTextDelta { .. } => "response.reasoning_summary_text.delta",
+            Event::ReasoningSummaryTextDone { .. } => "response.reasoning_summary_text.done",
+            Event::ReasoningSummaryPartDone { .. } => "response.reasoning_summary_part.done",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",

@@ -75,6 +75,11 @@ impl Item {
         }
     }
 
+    /// Whether it is a message from the user (what starts a new turn of a conversation).
+    pub fn is_user_message(&self) -> bool {
+        matches!(self, Item::Message(m) if m.role == Role::User)
+    }
+
     /// A client's output for a call, as `(call id, text)`.
     pub fn as_output(&self) -> Option<(&str, String)> {
         match self {
@@ -548,6 +553,28 @@ pub struct Reasoning {
     pub encrypted_content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,
+}
+
+impl Reasoning {
+    /// The reasoning as text: its `reasoning_text` parts, else its summary's text.
+    pub fn text(&self) -> String {
+        let texts = |parts: &[Value], kind: &str| -> Vec<String> {
+            parts
+                .iter()
+                .filter(|p| p.get("type").and_then(Value::as_str) == Some(kind))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        };
+        let content = texts(
+            self.content.as_deref().unwrap_or_default(),
+            "reasoning_text",
+        );
+        match content.is_empty() {
+            false => content.concat(),
+            true => texts(&self.summary, "summary_text").join("\n\n"),
+        }
+    }
 }
 
 /// Tools declared in the input, with the role Codex gives them.

@@ -857,7 +857,7 @@ async fn named_providers_route_their_own_models_over_http1_or_http2() {
                     api_key_env: None,
                     models: vec!["llama3".into()],
                     http2: true,
-                    max_concurrent_requests: None,
+                    ..Default::default()
                 },
             );
         })

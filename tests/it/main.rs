@@ -20,6 +20,7 @@ mod mcp;
 mod openapi;
 mod operate;
 mod pause;
+mod reasoning;
 mod replicas;
 mod schema;
 mod store_contract;

@@ -11,7 +11,7 @@ use crate::protocol::events::Event;
 use crate::protocol::ids;
 use crate::protocol::items::{
     ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall,
-    McpApprovalRequest, McpCall, McpListTools, Message, OutputText, Role, ShellAction,
+    McpApprovalRequest, McpCall, McpListTools, Message, OutputText, Reasoning, Role, ShellAction,
 };
 use crate::protocol::response::{
     CallKind, PendingApproval, PendingCall, PendingFunction, ResponseObject,
@@ -42,6 +42,38 @@ impl OpenMessage {
             content_index: 0,
             delta: delta.to_string(),
             logprobs: Vec::new(),
+        }
+    }
+}
+
+/// The reasoning item being streamed. With `reasoning.summary` asked for, the reasoning streams
+/// as the item's one summary part (a chat-completions upstream gives no separate summary: its
+/// reasoning is its own summary); otherwise as its `reasoning_text` content.
+pub(in crate::engine) struct OpenReasoning {
+    output_index: usize,
+    item_id: String,
+    text: String,
+    summary: bool,
+}
+
+impl OpenReasoning {
+    pub fn push(&mut self, delta: &str) -> Event {
+        self.text.push_str(delta);
+        let (item_id, output_index, delta) =
+            (self.item_id.clone(), self.output_index, delta.to_string());
+        match self.summary {
+            true => Event::ReasoningSummaryTextDelta {
+                item_id,
+                output_index,
+                summary_index: 0,
+                delta,
+            },
+            false => Event::ReasoningTextDelta {
+                item_id,
+                output_index,
+                content_index: 0,
+                delta,
+            },
         }
     }
 }
@@ -131,6 +163,85 @@ impl Output {
             })
             .await;
         self.done(open.output_index, item).await;
+    }
+
+    /// Opens a reasoning item (SPEC §13).
+    pub async fn open_reasoning(&mut self) -> OpenReasoning {
+        let item_id = ids::new(ids::REASONING);
+        let summary = self
+            .body
+            .reasoning
+            .get("summary")
+            .is_some_and(|s| s.is_string());
+        let item = Item::Reasoning(Reasoning {
+            id: item_id.clone(),
+            summary: Vec::new(),
+            content: Some(Vec::new()),
+            encrypted_content: None,
+            status: Some(ItemStatus::InProgress),
+        });
+        let output_index = self.push(item);
+        self.added(output_index).await;
+        if summary {
+            self.emitter
+                .emit(Event::ReasoningSummaryPartAdded {
+                    item_id: item_id.clone(),
+                    output_index,
+                    summary_index: 0,
+                    part: json!({"type": "summary_text", "text": ""}),
+                })
+                .await;
+        }
+        OpenReasoning {
+            output_index,
+            item_id,
+            text: String::new(),
+            summary,
+        }
+    }
+
+    /// Ends the open reasoning item (if any): its text or summary done, item done.
+    pub async fn close_reasoning(&mut self, open: Option<OpenReasoning>, status: ItemStatus) {
+        let Some(open) = open else { return };
+        let (item_id, output_index) = (open.item_id.clone(), open.output_index);
+        let mut item = Reasoning {
+            id: item_id.clone(),
+            summary: Vec::new(),
+            content: None,
+            encrypted_content: None,
+            status: Some(status),
+        };
+        if open.summary {
+            let part = json!({"type": "summary_text", "text": open.text});
+            self.emitter
+                .emit(Event::ReasoningSummaryTextDone {
+                    item_id: item_id.clone(),
+                    output_index,
+                    summary_index: 0,
+                    text: open.text,
+                })
+                .await;
+            self.emitter
+                .emit(Event::ReasoningSummaryPartDone {
+                    item_id,
+                    output_index,
+                    summary_index: 0,
+                    part: part.clone(),
+                })
+                .await;
+            item.summary.push(part);
+        } else {
+            item.content = Some(vec![json!({"type": "reasoning_text", "text": open.text})]);
+            self.emitter
+                .emit(Event::ReasoningTextDone {
+                    item_id,
+                    output_index,
+                    content_index: 0,
+                    text: open.text,
+                })
+                .await;
+        }
+        self.done(output_index, Item::Reasoning(item)).await;
     }
 
     /// A whole assistant message from known text pieces (the output of a `return_direct`

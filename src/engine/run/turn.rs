@@ -1,4 +1,5 @@
-//! One model turn as it streams: text into a message, tool call chunks assembled by index.
+//! One model turn as it streams: reasoning into a reasoning item, text into a message, tool
+//! call chunks assembled by index.
 //! A client call is shown live while no other item is open; a server call starts as soon as
 //! its arguments are complete (once a checkpoint records it, unless it is read-only), and is
 //! shown after the turn, when its turn's calls are presented.
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 
-use super::output::{LiveCall, OpenMessage};
+use super::output::{LiveCall, OpenMessage, OpenReasoning};
 use super::{RunTask, upstream_ending};
 use crate::engine::executor::{ServerCall, TurnCalls};
 use crate::engine::lifecycle::Ending;
@@ -65,10 +66,19 @@ pub(super) struct Turn {
 /// Calls by their index: chunks of several calls may interleave.
 type Calls = BTreeMap<u32, StreamingCall>;
 
+/// What a model turn has open while it streams: at most one of its reasoning and its message
+/// (items never interleave), and the calls being streamed.
+#[derive(Default)]
+struct Streaming {
+    reasoning: Option<OpenReasoning>,
+    message: Option<OpenMessage>,
+    calls: Calls,
+}
+
 impl RunTask {
-    /// Streams one model turn: text and client calls live, server calls started as soon as
-    /// their arguments are complete. With `save_first`, the run's progress is checkpointed
-    /// while the request goes out.
+    /// Streams one model turn: reasoning, text and client calls live, server calls started
+    /// as soon as their arguments are complete. With `save_first`, the run's progress is
+    /// checkpointed while the request goes out.
     pub(super) async fn model_turn(&mut self, save_first: bool) -> Result<Turn, Ending> {
         let mut stream = Box::pin(self.start_turn(save_first)).await?;
         let mut turn = Turn {
@@ -84,30 +94,22 @@ impl RunTask {
             starting: Vec::new(),
             recorded: false,
         };
-        let mut open: Option<OpenMessage> = None;
-        let mut calls = Calls::new();
+        let mut open = Streaming::default();
         loop {
             let next = tokio::select! {
                 _ = self.place.control.token().cancelled() => {
-                    Box::pin(self.close_open(open.take(), &mut calls)).await;
+                    Box::pin(self.close_open(&mut open)).await;
                     return Err(self.stop_ending());
                 }
                 next = stream.next() => next,
             };
             let Some(next) = next else { break };
             match next {
+                Ok(ModelEvent::ReasoningDelta(delta)) => {
+                    Box::pin(self.reasoning_delta(&mut open, &mut turn, &delta)).await;
+                }
                 Ok(ModelEvent::TextDelta(delta)) => {
-                    self.first_token();
-                    // Text after calls: the calls are complete.
-                    if !calls.is_empty() {
-                        Box::pin(self.finish_calls(&mut calls, &mut turn)).await;
-                    }
-                    let message = match &mut open {
-                        Some(message) => message,
-                        None => open.insert(Box::pin(self.out.open_message()).await),
-                    };
-                    let event = message.push(&delta);
-                    self.out.emitter.emit(event).await;
+                    Box::pin(self.text_delta(&mut open, &mut turn, &delta)).await;
                 }
                 Ok(ModelEvent::ToolCallDelta {
                     index,
@@ -116,18 +118,14 @@ impl RunTask {
                     arguments,
                 }) => {
                     self.first_token();
-                    if open.is_some() {
-                        Box::pin(self.out.close_message(open.take(), ItemStatus::Completed)).await;
-                    }
-                    Box::pin(self.call_delta(&mut calls, &mut turn, index, id, name, arguments))
-                        .await;
+                    Box::pin(self.close_text(&mut open, ItemStatus::Completed)).await;
+                    let calls = &mut open.calls;
+                    Box::pin(self.call_delta(calls, &mut turn, index, id, name, arguments)).await;
                 }
                 Ok(ModelEvent::Usage(usage)) => self.model.usage.add(&usage),
                 Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
-                // Reasoning text is not surfaced yet.
-                Ok(ModelEvent::ReasoningDelta(_)) => {}
                 Err(e) => {
-                    Box::pin(self.close_open(open.take(), &mut calls)).await;
+                    Box::pin(self.close_open(&mut open)).await;
                     return Err(upstream_ending(e));
                 }
             }
@@ -136,9 +134,52 @@ impl RunTask {
             Some(FinishReason::Length | FinishReason::ContentFilter) => ItemStatus::Incomplete,
             _ => ItemStatus::Completed,
         };
-        Box::pin(self.out.close_message(open.take(), status)).await;
-        Box::pin(self.finish_calls(&mut calls, &mut turn)).await;
+        Box::pin(self.close_text(&mut open, status)).await;
+        Box::pin(self.finish_calls(&mut open.calls, &mut turn)).await;
         Ok(turn)
+    }
+
+    /// A piece of the model's reasoning: it goes into the open reasoning item, or a new one
+    /// after whatever the turn had open.
+    async fn reasoning_delta(&mut self, open: &mut Streaming, turn: &mut Turn, delta: &str) {
+        self.first_token();
+        if !open.calls.is_empty() {
+            Box::pin(self.finish_calls(&mut open.calls, turn)).await;
+        }
+        let message = open.message.take();
+        Box::pin(self.out.close_message(message, ItemStatus::Completed)).await;
+        let reasoning = match &mut open.reasoning {
+            Some(reasoning) => reasoning,
+            None => open
+                .reasoning
+                .insert(Box::pin(self.out.open_reasoning()).await),
+        };
+        let event = reasoning.push(delta);
+        self.out.emitter.emit(event).await;
+    }
+
+    /// A piece of the answer: it goes into the open message, or a new one after whatever the
+    /// turn had open (the calls before it are complete).
+    async fn text_delta(&mut self, open: &mut Streaming, turn: &mut Turn, delta: &str) {
+        self.first_token();
+        if !open.calls.is_empty() {
+            Box::pin(self.finish_calls(&mut open.calls, turn)).await;
+        }
+        let reasoning = open.reasoning.take();
+        Box::pin(self.out.close_reasoning(reasoning, ItemStatus::Completed)).await;
+        let message = match &mut open.message {
+            Some(message) => message,
+            None => open.message.insert(Box::pin(self.out.open_message()).await),
+        };
+        let event = message.push(delta);
+        self.out.emitter.emit(event).await;
+    }
+
+    /// Closes the turn's open reasoning and message, if any, with `status`.
+    async fn close_text(&mut self, open: &mut Streaming, status: ItemStatus) {
+        let reasoning = open.reasoning.take();
+        Box::pin(self.out.close_reasoning(reasoning, status)).await;
+        Box::pin(self.out.close_message(open.message.take(), status)).await;
     }
 
     /// Sends the turn's request; with `save_first` the run's progress is saved meanwhile.
@@ -174,9 +215,11 @@ impl RunTask {
         }
     }
 
-    /// Closes what the turn had open when it was cut short: its message and its live call.
-    async fn close_open(&mut self, open: Option<OpenMessage>, calls: &mut Calls) {
-        self.out.close_message(open, ItemStatus::Incomplete).await;
+    /// Closes what the turn had open when it was cut short: its reasoning, its message and
+    /// its live call.
+    async fn close_open(&mut self, open: &mut Streaming) {
+        self.close_text(open, ItemStatus::Incomplete).await;
+        let calls = &mut open.calls;
         if let Some(index) = live_index(calls)
             && let Some(call) = calls.remove(&index)
             && let Some(live) = call.live
