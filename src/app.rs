@@ -293,7 +293,17 @@ fn engine_settings(config: &Config, instance_id: String) -> EngineSettings {
             config.runs.idempotency_ttl_hours.saturating_mul(3600),
         ),
         limits: config.limits.clone(),
+        seal: Arc::new(reasoning_seal(config)),
     }
+}
+
+/// The seal of `[reasoning]`, saying when the process had to make its own key.
+fn reasoning_seal(config: &Config) -> crate::seal::ReasoningSeal {
+    let (seal, warning) = crate::seal::ReasoningSeal::from_config(&config.reasoning);
+    if let Some(warning) = warning {
+        tracing::warn!("{warning}");
+    }
+    seal
 }
 
 /// Who may call the API: the keys in `store`, or anyone with `auth.mode = "open"`, which is

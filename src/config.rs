@@ -51,6 +51,9 @@ pub struct Config {
     /// MCP servers by label: their tools join the registry as they are discovered.
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// How reasoning given to clients in `encrypted_content` is sealed.
+    #[serde(default)]
+    pub reasoning: ReasoningConfig,
     /// Where each value came from, for messages that name it.
     #[serde(skip)]
     origin: Origin,
@@ -339,6 +342,17 @@ impl From<LlmSection> for LlmConfig {
             retry_max_ms: section.retry_max_ms,
         }
     }
+}
+
+/// `[reasoning]`: the key reasoning is sealed with in `encrypted_content` (SPEC §13), the same
+/// on every replica; earlier keys still open what they sealed.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReasoningConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key: Option<Secret>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_encryption_keys: Vec<Secret>,
 }
 
 /// Where a model's requests go when its provider fails before it streams.

@@ -43,6 +43,7 @@ pub mod llm;
 pub mod metrics;
 pub mod protocol;
 pub mod redact;
+pub mod seal;
 pub mod store;
 pub mod telemetry;
 pub mod time;

@@ -10,13 +10,16 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
+use serde_json::json;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::control::{RunControl, StopReason};
 use super::emitter::EventEmitter;
 use super::lifecycle::{Ending, StoredEnd, end_stored};
-use super::run::{self, Admission, Decision, Model, Output, Place, RunTask, Start, Tools, Waits};
+use super::run::{
+    self, Admission, Decision, Model, Output, Place, RunTask, Sealing, Start, Tools, Waits,
+};
 use super::toolset::{Listing, ToolSet};
 use super::usage::KeyRuns;
 use super::{Engine, EngineError, RunOutcome, StartedRun, events};
@@ -30,6 +33,7 @@ use crate::protocol::tools::{
     ToolDecl, check_tool_limits, parse_tool_choice, parse_tools, parse_tools_at,
 };
 use crate::protocol::transcript::Entry;
+use crate::seal::ReasoningSeal;
 use crate::store::{Lease, RunState, StoredRun};
 use crate::time::UnixMillis;
 
@@ -42,6 +46,9 @@ pub(super) struct Prepared {
     pub listings: Vec<Listing>,
     pub model_request: ModelRequest,
     pub limits: run::RunLimits,
+    /// Its reasoning items carry their reasoning sealed (`encrypted_content`): the client
+    /// asked for it, or keeps the conversation on its side (`store: false`).
+    pub seal_reasoning: bool,
 }
 
 /// Where a run starts from: new, or continued from the database.
@@ -150,6 +157,12 @@ impl Engine {
             listings,
             model_request,
             limits,
+            seal_reasoning: request.store == Some(false)
+                || request
+                    .include
+                    .iter()
+                    .flatten()
+                    .any(|i| i == "reasoning.encrypted_content"),
         })
     }
 
@@ -331,16 +344,22 @@ impl Engine {
             Arc::from(launch.tenant_id.as_str()),
             launch.next_sequence,
         );
+        let seal = &self.inner.settings.seal;
+        let sealing = prepared.seal_reasoning.then(|| Sealing {
+            seal: seal.clone(),
+            tenant: launch.tenant_id.clone(),
+        });
         RunTask {
             out: Output {
                 emitter,
                 body: launch.body,
                 transcript: launch.transcript,
+                sealing,
             },
             model: Model {
                 client: prepared.client,
                 request: prepared.model_request,
-                context: launch.context,
+                context: open_sealed(seal, &launch.tenant_id, launch.context),
                 prior: launch.prior_usage.clone().unwrap_or_default(),
                 usage: launch.prior_usage.unwrap_or_default(),
             },
@@ -461,4 +480,31 @@ pub(super) fn announced<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'
             _ => None,
         })
         .collect()
+}
+
+/// The context with the reasoning a client gave back sealed (`encrypted_content`) opened, so
+/// that the model may be shown it again; a blob that does not open (another deployment's key,
+/// another provider's blob) is dropped with a warning, and the run goes on without it.
+fn open_sealed(seal: &ReasoningSeal, tenant: &str, mut context: Vec<Entry>) -> Vec<Entry> {
+    for entry in &mut context {
+        let Entry::Item(Item::Reasoning(reasoning)) = entry else {
+            continue;
+        };
+        let Some(blob) = reasoning.encrypted_content.as_deref() else {
+            continue;
+        };
+        if !reasoning.text().is_empty() {
+            continue;
+        }
+        match seal.open(tenant, blob) {
+            Some(text) => {
+                reasoning.content = Some(vec![json!({"type": "reasoning_text", "text": text})]);
+            }
+            None => {
+                tracing::warn!(item = %reasoning.id, "a reasoning item's encrypted_content does not open here; the model is not shown it");
+                reasoning.encrypted_content = None;
+            }
+        }
+    }
+    context
 }

@@ -126,6 +126,8 @@ pub struct EngineSettings {
     pub idempotency_ttl: Duration,
     /// What one request may ask for.
     pub limits: RequestLimits,
+    /// Seals reasoning given to clients in `encrypted_content`, and opens it again.
+    pub seal: Arc<crate::seal::ReasoningSeal>,
 }
 
 #[derive(Clone)]

@@ -373,8 +373,9 @@ impl SentBack {
     }
 
     fn keep(&mut self, index: usize, item: &crate::protocol::items::Reasoning) {
-        if index >= self.from {
-            self.pending.get_or_insert_default().push_str(&item.text());
+        let text = item.text();
+        if index >= self.from && !text.is_empty() {
+            self.pending.get_or_insert_default().push_str(&text);
         }
     }
 

@@ -409,3 +409,71 @@ fn check_requests(profile: Profile, requests: &[Value], seen: &[fake_llm::Seen])
         }
     }
 }
+
+/// A Codex-style exchange on a vLLM provider: `store: false` with the reasoning sealed, the
+/// history replayed by the client with the blob (its text left out, or `blob` instead).
+async fn replayed_with(blob: Option<&str>) -> (TestApp, Value) {
+    let llm = FakeLlm::start_as(Persona::Vllm).await.unwrap();
+    llm.push(reasoning_then(
+        "Need the weather.",
+        Turn::tool_call("call_w", "get_weather", r#"{"city":"Paris"}"#),
+    ));
+    llm.push(Turn::text("Sunny."));
+    let addr = llm.addr();
+    let app = TestApp::builder()
+        .config(move |c| {
+            provider_for(c, Profile::Vllm, addr);
+            c.reasoning.encryption_key = Some(switchyard::config::Secret::new("shared key"));
+        })
+        .upstream(llm)
+        .start()
+        .await;
+    let tools = json!([{"type": "function", "name": "get_weather",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let user = json!({"type": "message", "role": "user", "content": "Weather in Paris?"});
+    let first = app
+        .stream(
+            &json!({"model": "qwen3-8b", "input": [user], "tools": tools, "store": false,
+                        "include": ["reasoning.encrypted_content"]}),
+        )
+        .await;
+    let output = first.last().data["response"]["output"].clone();
+    let mut reasoning = output[0].clone();
+    assert_eq!(reasoning["type"], "reasoning");
+    let sealed = reasoning["encrypted_content"].as_str().unwrap().to_string();
+    assert!(sealed.starts_with("sy1."), "{reasoning}");
+    assert!(!sealed.contains("weather"), "sealed, not plain");
+    // The client keeps the blob only (as a client of OpenAI, which shows no raw reasoning).
+    reasoning.as_object_mut().unwrap().remove("content");
+    reasoning["encrypted_content"] = json!(blob.unwrap_or(&sealed));
+    let input = json!([user, reasoning, output[1],
+                       {"type": "function_call_output", "call_id": "call_w", "output": "Sunny"}]);
+    let second = app
+        .stream(
+            &json!({"model": "qwen3-8b", "input": input, "tools": tools, "store": false,
+                        "include": ["reasoning.encrypted_content"]}),
+        )
+        .await;
+    assert_eq!(second.last().data["response"]["status"], "completed");
+    let sent = app.llm.requests()[1]["messages"][1].clone();
+    (app, sent)
+}
+
+#[tokio::test]
+async fn sealed_reasoning_given_back_by_the_client_is_opened_and_sent_back_to_the_model() {
+    let (_app, assistant) = replayed_with(None).await;
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(
+        assistant["reasoning"], "Need the weather. Then act.",
+        "{assistant}"
+    );
+}
+
+#[tokio::test]
+async fn a_sealed_blob_that_does_not_open_is_dropped_and_the_run_goes_on() {
+    for blob in ["sy1.AAAAbroken", "gAAAAABo_an_openai_blob"] {
+        let (_app, assistant) = replayed_with(Some(blob)).await;
+        assert_eq!(assistant["role"], "assistant");
+        assert!(assistant.get("reasoning").is_none(), "{assistant}");
+    }
+}

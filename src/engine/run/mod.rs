@@ -30,7 +30,7 @@ use crate::protocol::transcript::Entry;
 use crate::store::{Change, RunEnding, RunState, RunStore, StoreError, Transition};
 use crate::time::UnixMillis;
 use crate::tools::{ToolContext, ToolErrorKind};
-pub(super) use output::Output;
+pub(super) use output::{Output, Sealing};
 
 /// The model parameters a run uses on every turn (tools are added from its tool set).
 pub(super) fn model_request(model: &str, request: &CreateResponse) -> ModelRequest {

@@ -2,6 +2,8 @@
 //! (added, its parts and deltas, done), its place in `body.output`, and what the model will
 //! see of it in the transcript. Items never interleave: the turn opens one at a time.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::super::emitter::EventEmitter;
@@ -17,6 +19,7 @@ use crate::protocol::response::{
     CallKind, PendingApproval, PendingCall, PendingFunction, ResponseObject,
 };
 use crate::protocol::transcript::Entry;
+use crate::seal::ReasoningSeal;
 use crate::tools::{ToolErrorKind, ToolResult};
 
 pub(in crate::engine) struct Output {
@@ -24,6 +27,14 @@ pub(in crate::engine) struct Output {
     pub body: ResponseObject,
     /// What the model has seen of this run's output (hidden calls included).
     pub transcript: Vec<Entry>,
+    /// Reasoning items carry their reasoning sealed, for the client to give back.
+    pub sealing: Option<Sealing>,
+}
+
+/// How a run seals its reasoning: with the service's key, for its tenant.
+pub(in crate::engine) struct Sealing {
+    pub seal: Arc<ReasoningSeal>,
+    pub tenant: String,
 }
 
 /// The assistant message being streamed.
@@ -208,7 +219,10 @@ impl Output {
             id: item_id.clone(),
             summary: Vec::new(),
             content: None,
-            encrypted_content: None,
+            encrypted_content: self
+                .sealing
+                .as_ref()
+                .map(|s| s.seal.seal(&s.tenant, &open.text)),
             status: Some(status),
         };
         if open.summary {
