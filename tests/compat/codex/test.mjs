@@ -363,6 +363,37 @@ check('codex exec runs the shell command the model calls and gives the model its
   assert.match(text(output), new RegExp(COMMAND_OUTPUT), "the command's output reached the model");
 });
 
+check('codex exec shows the reasoning the model streams, and gives it back sealed on its next request', async () => {
+  const thought = 'I should run the command first.';
+  const call = toolCallTurn([['call_codex_think', 'exec_command', JSON.stringify({ cmd: COMMAND })]]);
+  call.steps.unshift({ type: 'reasoning', text: thought });
+  await services.script(call, textTurn(['Done.']));
+  const dirs = codexHome(`http://127.0.0.1:${proxy.address().port}`);
+
+  const run = await codexExec(dirs, 'run the command', { json: true });
+
+  assertSucceeded(run);
+  const items = events(run)
+    .filter((e) => e.type === 'item.completed')
+    .map((e) => e.item);
+  const reasoning = items.find((item) => item.type === 'reasoning');
+  assert.ok(reasoning, `Codex shows a reasoning item\n${explain(run)}`);
+  assert.match(reasoning.text, /I should run the command first\./);
+  assert.ok(
+    items.indexOf(reasoning) < items.findIndex((item) => item.type === 'command_execution'),
+    'the reasoning comes before the call it led to',
+  );
+  // Codex asks for `reasoning.summary` and `reasoning.encrypted_content` with `store: false`:
+  // the item it received streamed as a summary, and it replays it with the sealed blob.
+  const [first, second] = codexRequests();
+  assert.equal(first.reasoning?.summary, 'auto');
+  assert.deepEqual(first.include, ['reasoning.encrypted_content']);
+  const replayed = second.input.find((item) => item.type === 'reasoning');
+  assert.ok(replayed, `Codex replays the reasoning item\n${explain(run)}`);
+  assert.match(replayed.encrypted_content ?? '', /^sy1\./);
+  assert.equal(replayed.summary?.[0]?.text, thought);
+});
+
 check('codex exec with a model of its catalog applies the patch the model sends to its custom apply_patch tool', async () => {
   const dirs = codexHome(`http://127.0.0.1:${proxy.address().port}`);
   // The metadata of a model Codex knows (gpt-5.5 in 0.169.0), under the name switchyard routes:
