@@ -116,6 +116,30 @@ check('the stream helper emits text deltas and resolves finalResponse with their
   assert.deepEqual([final.usage.input_tokens, final.usage.output_tokens, final.usage.total_tokens], [7, 4, 11]);
 });
 
+check('the stream helper accumulates a reasoning item before the answer, and a summary when asked for', async () => {
+  const thought = ['Foxes are quick. ', 'Say so.'];
+  for (const summary of [undefined, 'auto']) {
+    const turn = textTurn(['Quick.']);
+    turn.steps.unshift(...thought.map((text) => ({ type: 'reasoning', text })));
+    await services.script(turn);
+    const reasoning = summary ? { summary } : undefined;
+    const stream = client.responses.stream({ model: MODEL, input: 'Is the fox quick?', reasoning });
+    const deltas = [];
+    stream.on('response.reasoning_text.delta', (event) => deltas.push(event.delta));
+    stream.on('response.reasoning_summary_text.delta', (event) => deltas.push(event.delta));
+    const final = await stream.finalResponse();
+
+    assert.deepEqual(deltas, thought);
+    const [item, message] = final.output;
+    assert.equal(item.type, 'reasoning');
+    assert.match(item.id, /^rs_/);
+    const text = summary ? item.summary[0].text : item.content[0].text;
+    assert.equal(text, thought.join(''));
+    assert.equal(message.type, 'message');
+    assert.equal(final.output_text, 'Quick.');
+  }
+});
+
 check('async iteration of a streamed create yields contiguous sequence numbers', async () => {
   await services.script(textTurn(['a', 'b']));
 
