@@ -1,6 +1,7 @@
 //! Secrets out of what is shown: a URL's password and query values (a tool URL may carry
-//! `?api_key=…`), wherever a URL appears in a message, and inline header values. Used for
-//! `check-config`, log lines and the errors clients and the model see.
+//! `?api_key=…`), wherever a URL appears in a message, inline header values, and what looks
+//! like a key in text another service wrote. Used for `check-config`, log lines and the
+//! errors clients and the model see.
 
 use std::borrow::Cow;
 
@@ -66,11 +67,65 @@ pub fn urls_in(text: &str) -> Cow<'_, str> {
         let end = tail
             .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | ']' | ','))
             .unwrap_or(tail.len());
+        // A full stop after a URL ends the sentence.
+        let end = tail[..end].trim_end_matches(['.', ';', '!', '?']).len();
         out.push_str(&url(&tail[..end]));
         rest = &tail[end..];
     }
     out.push_str(rest);
     Cow::Owned(out)
+}
+
+/// Prefixes of API keys as providers issue them (OpenAI and compatible `sk-`, Groq `gsk_`,
+/// xAI `xai-`, Hugging Face `hf_`, Google `AIza`, GitHub `ghp_`).
+const KEY_PREFIXES: &[&str] = &["sk-", "sk_", "gsk_", "xai-", "hf_", "AIza", "ghp_"];
+
+/// How long a run of letters and digits (with both) must be to pass for a key or a hash
+/// rather than a word or a model name: model names split into short runs
+/// (`Llama-3.1-8B-Instruct`), keys and hex digests do not.
+const TOKEN_RUN: usize = 20;
+
+/// `text` written by another service (an upstream's error message), safe to show a client:
+/// URLs as [`urls_in`] shows them, and every word that looks like a credential hidden — a
+/// known key prefix, the word after `Bearer`, or a long run of mixed letters and digits.
+pub fn secrets_in(text: &str) -> String {
+    let text = urls_in(text);
+    let mut out = String::with_capacity(text.len());
+    let mut after_bearer = false;
+    let mut rest = text.as_ref();
+    while !rest.is_empty() {
+        let start = rest.find(is_token_char).unwrap_or(rest.len());
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        // A full stop after a word ends the sentence; it is not part of the word.
+        let end = rest.find(|c| !is_token_char(c)).unwrap_or(rest.len());
+        let word = rest[..end].trim_end_matches('.');
+        let end = if word.is_empty() { end } else { word.len() };
+        if !word.is_empty() && (after_bearer || looks_like_a_key(word)) {
+            out.push_str(HIDDEN);
+        } else {
+            out.push_str(&rest[..end]);
+        }
+        after_bearer = word.eq_ignore_ascii_case("bearer");
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// Characters of a key or token word (base64, base64url, hex, and the separators keys use).
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '/' | '=' | '.')
+}
+
+fn looks_like_a_key(word: &str) -> bool {
+    if word.len() > 8 && KEY_PREFIXES.iter().any(|p| word.starts_with(p)) {
+        return true;
+    }
+    word.split(|c: char| !c.is_ascii_alphanumeric()).any(|run| {
+        run.len() >= TOKEN_RUN
+            && run.chars().any(|c| c.is_ascii_digit())
+            && run.chars().any(|c| c.is_ascii_alphabetic())
+    })
 }
 
 /// A configured header value as shown: a reference to an environment variable (`${VAR}`,
@@ -121,5 +176,32 @@ mod tests {
             header_value("Bearer ${WEATHER_TOKEN}"),
             "Bearer ${WEATHER_TOKEN}"
         );
+    }
+
+    #[test]
+    fn keys_tokens_and_urls_in_text_are_hidden_and_words_and_model_names_kept() {
+        assert_eq!(
+            secrets_in("Incorrect API key provided: sk-proj-abc123XYZ. See https://h/keys?k=v."),
+            "Incorrect API key provided: ***. See https://h/keys?k=***."
+        );
+        assert_eq!(
+            secrets_in("sent Authorization: Bearer abc.def and gsk_0123456789 too"),
+            "sent Authorization: Bearer *** and *** too"
+        );
+        assert_eq!(
+            secrets_in(
+                "digest 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, the token limit"
+            ),
+            "digest ***, the token limit"
+        );
+        assert_eq!(
+            secrets_in(
+                "key AIzaSyD-1234567890abcdefghij rejected; id 3q2+7wZ9kLmN0pQrStUvWxYz1234=="
+            ),
+            "key *** rejected; id ***"
+        );
+        let plain = "The model `meta-llama/Llama-3.1-8B-Instruct` does not support 'max_tokens' \
+                     (gpt-4o-mini-2024-07-18, claude-3-5-sonnet-20241022).";
+        assert_eq!(secrets_in(plain), plain);
     }
 }
