@@ -298,12 +298,18 @@ impl From<EngineError> for ApiError {
     }
 }
 
-/// An upstream failure before any stream (SPEC §10): 504 for a timeout, 429 while it is rate
-/// limited, 502 otherwise.
+/// An upstream failure before any stream (SPEC §10, §14): 400 for a request the upstream
+/// refused (with its code and field), 504 for a timeout, 429 while it is rate limited, 502
+/// otherwise.
 impl From<UpstreamFailure> for ApiError {
     fn from(failure: UpstreamFailure) -> ApiError {
         let message = failure.message;
         match failure.kind {
+            UpstreamFailureKind::Refused { code, param } => ApiError::InvalidRequest {
+                message,
+                param,
+                code,
+            },
             UpstreamFailureKind::Timeout => ApiError::UpstreamTimeout { message },
             UpstreamFailureKind::RateLimited { retry_after_secs } => ApiError::RateLimited {
                 message,

@@ -31,7 +31,8 @@
 //! A paused run continues through `engine/pause.rs` (`submit_tool_outputs`), a queued one
 //! through `engine/maintenance.rs` (claims), an abandoned one through `engine/recovery.rs`:
 //! each loads the run and resumes it in `engine/launch.rs`. An error on the way becomes an
-//! `engine/error.rs` `EngineError`, then the client's `error.rs` `ApiError`.
+//! `engine/error.rs` `EngineError` (an upstream's error reply is read and judged in
+//! `llm/refusal.rs` first), then the client's `error.rs` `ApiError`.
 
 pub mod api;
 pub mod app;

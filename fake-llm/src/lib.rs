@@ -38,7 +38,9 @@ pub struct Turn {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Step {
-    /// Reply with this HTTP status and JSON body instead of a stream (must come first).
+    /// Reply with this HTTP status and JSON body instead of a stream (must come first). A
+    /// string body is sent as it is, as text (HTML when it starts with `<`), as servers and
+    /// proxies answer a path they do not serve.
     Status {
         status: u16,
         body: Value,
@@ -527,7 +529,14 @@ async fn chat_completions(
     }) = steps.front()
     {
         let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, Json(body.clone())).into_response();
+        let mut response = match body {
+            Value::String(text) => {
+                let html = text.starts_with('<');
+                let kind = if html { "text/html" } else { "text/plain" };
+                (status, [(header::CONTENT_TYPE, kind)], text.clone()).into_response()
+            }
+            _ => (status, Json(body.clone())).into_response(),
+        };
         if let Some(seconds) = retry_after {
             response
                 .headers_mut()

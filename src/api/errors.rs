@@ -54,7 +54,11 @@ impl<'r> ToResponse<'r> for BadRequest {
         let description = "`invalid_request_error`: a field, query parameter or header is \
             missing, mistyped, out of range or over a limit, or names something that does not \
             exist; `param` names it. Codes: `null`, `model_not_found`, \
-            `previous_response_not_found`, `idempotency_key_reused`.";
+            `previous_response_not_found`, `idempotency_key_reused`. Also a request the \
+            upstream model refused (its HTTP 400, 413, 422, or a model it does not have): the \
+            upstream's message (secrets hidden) and code (`context_length_exceeded`, \
+            `model_not_found`, its own, or `null`), `param` the Responses field where it maps; \
+            the response is stored as failed.";
         ("BadRequest", error_response(description, false))
     }
 }
@@ -125,7 +129,9 @@ impl<'r> ToResponse<'r> for UpstreamError {
     fn response() -> (&'r str, RefOr<utoipa::openapi::Response>) {
         let description = "`server_error`: the upstream model failed before the stream \
             started (codes `upstream_error`, `upstream_unreachable`, \
-            `upstream_stream_error`); the response is stored as failed.";
+            `upstream_stream_error`; `upstream_auth_failed` when it refused the service's own \
+            key, `upstream_not_found` when it answered 404 for anything but a model, a \
+            `base_url` without `/v1`); the response is stored as failed.";
         ("UpstreamError", error_response(description, false))
     }
 }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::llm::LlmError;
+use crate::protocol::events::ErrorDetail;
 use crate::protocol::field::FieldError;
 use crate::store::StoreError;
 
@@ -53,7 +54,8 @@ impl From<StoreError> for EngineError {
 }
 
 /// An upstream failure, as a client sees it: what happened, without the upstream's own words
-/// (those go to the log).
+/// (those go to the log) — but for a request the upstream refused, whose words (secrets
+/// hidden) tell the client what to change.
 #[derive(Clone, Debug)]
 pub struct UpstreamFailure {
     pub kind: UpstreamFailureKind,
@@ -61,20 +63,37 @@ pub struct UpstreamFailure {
 }
 
 /// How the upstream failed, which decides the HTTP status a client gets without a stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpstreamFailureKind {
+    /// The request was at fault (400): the upstream's own code
+    /// (`context_length_exceeded`, `model_not_found`, …, when it gave one) and the Responses
+    /// field it names.
+    Refused {
+        code: Option<String>,
+        param: Option<String>,
+    },
     /// It did not answer in time (504).
     Timeout,
     /// It was still rate limited after the retries (429), asking to wait this many seconds
     /// when it said.
     RateLimited { retry_after_secs: Option<u64> },
     /// Any other failure (502), with its detailed code (`upstream_error`,
-    /// `upstream_unreachable`, `upstream_stream_error`).
+    /// `upstream_unreachable`, `upstream_stream_error`, `upstream_auth_failed`,
+    /// `upstream_not_found`).
     Failed { code: &'static str },
 }
 
 impl From<LlmError> for UpstreamFailure {
     fn from(error: LlmError) -> UpstreamFailure {
+        if let Some(refusal) = error.refusal() {
+            return UpstreamFailure {
+                kind: UpstreamFailureKind::Refused {
+                    code: refusal.code,
+                    param: refusal.param,
+                },
+                message: refusal.message,
+            };
+        }
         let kind = match &error {
             LlmError::Timeout { .. } => UpstreamFailureKind::Timeout,
             LlmError::Status {
@@ -89,6 +108,40 @@ impl From<LlmError> for UpstreamFailure {
         UpstreamFailure {
             kind,
             message: error.client_message(),
+        }
+    }
+}
+
+impl UpstreamFailure {
+    /// The failure as the stream's `error` event carries it (SPEC §7 E): a refused request is
+    /// the client's `invalid_request_error` with the upstream's code and field; anything else
+    /// a `server_error` with the detailed code.
+    pub fn detail(&self) -> ErrorDetail {
+        let (kind, code, param) = match &self.kind {
+            UpstreamFailureKind::Refused { code, param } => {
+                ("invalid_request_error", code.clone(), param.clone())
+            }
+            UpstreamFailureKind::Timeout => ("server_error", Some("upstream_timeout".into()), None),
+            UpstreamFailureKind::RateLimited { .. } => {
+                ("server_error", Some("upstream_rate_limited".into()), None)
+            }
+            UpstreamFailureKind::Failed { code } => ("server_error", Some(code.to_string()), None),
+        };
+        ErrorDetail {
+            kind: kind.into(),
+            code,
+            message: self.message.clone(),
+            param,
+        }
+    }
+
+    /// `response.error.code`, from the standard's closed set: a refused prompt is
+    /// `invalid_prompt`, a rate limit `rate_limit_exceeded`, anything else `server_error`.
+    pub fn response_code(&self) -> &'static str {
+        match self.kind {
+            UpstreamFailureKind::Refused { .. } => "invalid_prompt",
+            UpstreamFailureKind::RateLimited { .. } => "rate_limit_exceeded",
+            _ => "server_error",
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::emitter::record;
-use crate::llm::LlmError;
+use super::error::UpstreamFailure;
 use crate::protocol::events::{ErrorDetail, Event, EventRecord};
 use crate::protocol::items::{Item, ItemStatus};
 use crate::protocol::response::{
@@ -31,12 +31,8 @@ pub(crate) enum Ending {
     Expired,
     /// It stopped short: `max_output_tokens`, `max_turns`, a content filter.
     Incomplete(&'static str),
-    /// Its model or a tool failed it; `code` is the detailed one (`upstream_timeout`, …).
-    Failed {
-        code: &'static str,
-        message: String,
-        upstream: Option<LlmError>,
-    },
+    /// Its model or a tool failed it.
+    Failed(Failure),
     /// The service gave it up: nobody can finish it (its task panicked, its data could not
     /// be stored, the model or tools it needs are gone).
     Abandoned(String),
@@ -45,6 +41,25 @@ pub(crate) enum Ending {
     /// This instance lets go of it at a safe point (it is stopping); another instance, or
     /// this one after a restart, continues it.
     HandedOver,
+}
+
+/// What failed a run.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The upstream model, as a client sees that.
+    Upstream(UpstreamFailure),
+    /// A tool, with `tools.on_error = "fail"` (code `tool_error`).
+    Tool(String),
+}
+
+impl Failure {
+    /// What the `error` event says, and `response.error.code` (the standard's closed set).
+    pub fn shown(&self) -> (ErrorDetail, &'static str) {
+        match self {
+            Failure::Upstream(failure) => (failure.detail(), failure.response_code()),
+            Failure::Tool(message) => (server_error("tool_error", message), "server_error"),
+        }
+    }
 }
 
 /// What an ending does to the stored run.
@@ -66,7 +81,7 @@ impl Ending {
             Ending::Cancelled => "cancelled",
             Ending::Expired => "expired",
             Ending::Incomplete(_) => "incomplete",
-            Ending::Failed { .. } => "failed",
+            Ending::Failed(_) => "failed",
             Ending::Abandoned(_) => "abandoned",
             Ending::Lost => "lost",
             Ending::HandedOver => "handed_over",
@@ -85,9 +100,7 @@ impl Ending {
             Ending::Cancelled => (RunState::Cancelled, ResponseStatus::Cancelled),
             Ending::Expired => (RunState::Expired, ResponseStatus::Incomplete),
             Ending::Incomplete(_) => (RunState::Incomplete, ResponseStatus::Incomplete),
-            Ending::Failed { .. } | Ending::Abandoned(_) => {
-                (RunState::Failed, ResponseStatus::Failed)
-            }
+            Ending::Failed(_) | Ending::Abandoned(_) => (RunState::Failed, ResponseStatus::Failed),
         };
         for item in &mut body.output {
             close_incomplete(item);
@@ -109,19 +122,16 @@ impl Ending {
             }
             Ending::Expired => body.incomplete_details = Some(incomplete("tool_outputs_expired")),
             Ending::Incomplete(reason) => body.incomplete_details = Some(incomplete(reason)),
-            Ending::Failed {
-                code,
-                message,
-                upstream,
-            } => {
-                events.push(error_event(code, message));
+            Ending::Failed(failure) => {
+                let (detail, code) = failure.shown();
                 body.error = Some(ResponseError {
-                    code: response_error_code(upstream.as_ref()).into(),
-                    message: message.clone(),
+                    code: code.into(),
+                    message: detail.message.clone(),
                 });
+                events.push(error_event(detail));
             }
             Ending::Abandoned(message) => {
-                events.push(error_event("server_error", message));
+                events.push(error_event(server_error("server_error", message)));
                 body.error = Some(ResponseError {
                     code: "server_error".into(),
                     message: message.clone(),
@@ -144,9 +154,9 @@ impl Ending {
     }
 
     /// The upstream failure that ended the run, if that is how it ended.
-    pub fn upstream(self) -> Option<LlmError> {
+    pub fn upstream(self) -> Option<UpstreamFailure> {
         match self {
-            Ending::Failed { upstream, .. } => upstream,
+            Ending::Failed(Failure::Upstream(failure)) => Some(failure),
             _ => None,
         }
     }
@@ -167,26 +177,22 @@ pub(crate) fn close_incomplete(item: &mut Item) {
 }
 
 /// The `error` stream event, with its fields flat and nested (SPEC §7 E).
-pub(crate) fn error_event(code: &str, message: &str) -> Event {
+fn error_event(error: ErrorDetail) -> Event {
     Event::Error {
-        code: Some(code.to_string()),
-        message: message.to_string(),
-        param: None,
-        error: ErrorDetail {
-            kind: "server_error".into(),
-            code: Some(code.to_string()),
-            message: message.to_string(),
-            param: None,
-        },
+        code: error.code.clone(),
+        message: error.message.clone(),
+        param: error.param.clone(),
+        error,
     }
 }
 
-/// `response.error.code` is a closed set in the standard; our detailed code goes in the
-/// `error` event and the message.
-fn response_error_code(upstream: Option<&LlmError>) -> &'static str {
-    match upstream {
-        Some(LlmError::Status { status: 429, .. }) => "rate_limit_exceeded",
-        _ => "server_error",
+/// A failure of the service's side, with its detailed code.
+fn server_error(code: &str, message: &str) -> ErrorDetail {
+    ErrorDetail {
+        kind: "server_error".into(),
+        code: Some(code.to_string()),
+        message: message.to_string(),
+        param: None,
     }
 }
 
@@ -301,11 +307,7 @@ mod tests {
                 )),
             ),
             (
-                Ending::Failed {
-                    code: "upstream_error",
-                    message: "boom".into(),
-                    upstream: None,
-                },
+                Ending::Failed(Failure::Tool("boom".into())),
                 Some((RunState::Failed, "failed", vec!["error", "response.failed"])),
             ),
             (

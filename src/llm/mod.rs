@@ -1,16 +1,19 @@
 //! The upstream model. `LlmClient` speaks in Responses terms (items in, model events out) so
 //! the engine never sees a provider's wire format; `openai` implements it over the
 //! chat-completions streaming API in the dialect of its provider's `profile`, `think` finds
-//! `<think>` blocks in streamed text, `resilient` adds retries, concurrency caps and
-//! fallbacks, and `router` picks the client of a model.
+//! `<think>` blocks in streamed text, `refusal` reads an upstream's error replies and says who
+//! must act on them, `resilient` adds retries, concurrency caps and fallbacks, and `router`
+//! picks the client of a model.
 
 pub mod openai;
 pub mod profile;
+mod refusal;
 pub mod resilient;
 mod router;
 pub mod sse;
 mod think;
 
+pub use refusal::{Blame, ErrorBody, Refusal};
 pub use router::ModelRouter;
 
 use std::pin::Pin;
@@ -98,10 +101,12 @@ pub enum LlmError {
     Connect(String),
     #[error("the upstream model did not {what} within {} ms", after.as_millis())]
     Timeout { what: &'static str, after: Duration },
-    #[error("the upstream model answered {status}: {message}")]
+    #[error("the upstream model answered {status}: {body}")]
     Status {
         status: u16,
-        message: String,
+        /// What its error reply said, in its own words (for the log; a client sees what
+        /// [`LlmError::refusal`] and [`LlmError::client_message`] make of it).
+        body: ErrorBody,
         /// How long the upstream asked to wait before trying again (`Retry-After`).
         retry_after: Option<Duration>,
     },
@@ -110,33 +115,69 @@ pub enum LlmError {
 }
 
 impl LlmError {
-    /// What a client is told: what happened, without the upstream's own words (they may name
-    /// internal hosts, or part of a key); those go to the log.
-    pub fn client_message(&self) -> String {
+    /// Who must act on the failure: the client, the operator (credentials, URL), or nobody
+    /// (the upstream may pass on another try).
+    pub fn blame(&self) -> Blame {
         match self {
-            LlmError::Connect(_) => "The upstream model could not be reached.".into(),
-            LlmError::Timeout { what, after } => format!(
-                "The upstream model did not {what} within {} ms.",
-                after.as_millis()
-            ),
-            LlmError::Status { status: 429, .. } => {
-                "The upstream model is rate limited (HTTP 429); try again later.".into()
-            }
-            LlmError::Status { status, .. } => {
-                format!("The upstream model answered HTTP {status}.")
-            }
-            LlmError::Protocol(_) => "The upstream model's stream broke off.".into(),
+            LlmError::Status { status, body, .. } => Blame::of(*status, body),
+            _ => Blame::Upstream,
         }
     }
 
-    /// The `code` shown to clients for this failure.
-    pub fn code(&self) -> &'static str {
+    /// The request the upstream refused, as the client is told, when the request was at
+    /// fault: the upstream's own message (secrets hidden), code and field.
+    pub fn refusal(&self) -> Option<Refusal> {
         match self {
-            LlmError::Connect(_) => "upstream_unreachable",
-            LlmError::Timeout { .. } => "upstream_timeout",
-            LlmError::Status { status: 429, .. } => "upstream_rate_limited",
-            LlmError::Status { .. } => "upstream_error",
-            LlmError::Protocol(_) => "upstream_stream_error",
+            LlmError::Status { status, body, .. } if self.blame() == Blame::Request => {
+                Some(Refusal::new(*status, body))
+            }
+            _ => None,
+        }
+    }
+
+    /// What a client is told of a failure that is not the request's: what happened, without
+    /// the upstream's own words (they may name internal hosts, or part of a key); those go to
+    /// the log.
+    pub fn client_message(&self) -> String {
+        if let Some(refusal) = self.refusal() {
+            return refusal.message;
+        }
+        match (self, self.blame()) {
+            (LlmError::Connect(_), _) => "The upstream model could not be reached.".into(),
+            (LlmError::Timeout { what, after }, _) => format!(
+                "The upstream model did not {what} within {} ms.",
+                after.as_millis()
+            ),
+            (LlmError::Status { status: 429, .. }, _) => {
+                "The upstream model is rate limited (HTTP 429); try again later.".into()
+            }
+            (LlmError::Status { status, .. }, Blame::Credentials) => format!(
+                "The upstream model refused this service's credentials (HTTP {status}); the \
+                 operator must check the provider's API key."
+            ),
+            (LlmError::Status { status, .. }, Blame::Address) => format!(
+                "The upstream model's API answered HTTP {status} (not found); the operator \
+                 must check the provider's base_url (it usually ends in /v1)."
+            ),
+            (LlmError::Status { status, .. }, _) => {
+                format!("The upstream model answered HTTP {status}.")
+            }
+            (LlmError::Protocol(_), _) => "The upstream model's stream broke off.".into(),
+        }
+    }
+
+    /// The detailed code of this failure, for the `error` event, logs and metrics (a bounded
+    /// set; a refused request's own code is in its [`Refusal`]).
+    pub fn code(&self) -> &'static str {
+        match (self, self.blame()) {
+            (LlmError::Connect(_), _) => "upstream_unreachable",
+            (LlmError::Timeout { .. }, _) => "upstream_timeout",
+            (LlmError::Status { status: 429, .. }, _) => "upstream_rate_limited",
+            (LlmError::Status { .. }, Blame::Request) => "upstream_invalid_request",
+            (LlmError::Status { .. }, Blame::Credentials) => "upstream_auth_failed",
+            (LlmError::Status { .. }, Blame::Address) => "upstream_not_found",
+            (LlmError::Status { .. }, Blame::Upstream) => "upstream_error",
+            (LlmError::Protocol(_), _) => "upstream_stream_error",
         }
     }
 }

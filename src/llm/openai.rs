@@ -96,10 +96,10 @@ impl LlmClient for ChatCompletionsClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
-            let message = read_error_message(response, self.idle_timeout).await;
+            let body = read_error_body(response, self.idle_timeout).await;
             return Err(LlmError::Status {
                 status: status.as_u16(),
-                message,
+                body,
                 retry_after,
             });
         }
@@ -123,8 +123,8 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The upstream's own error message when it sent one, else the body's start.
-async fn read_error_message(response: reqwest::Response, timeout: Duration) -> String {
+/// The upstream's error reply, read for at most `timeout` and [`ERROR_BODY_LIMIT`] bytes.
+async fn read_error_body(response: reqwest::Response, timeout: Duration) -> super::ErrorBody {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     let read = async {
@@ -136,24 +136,7 @@ async fn read_error_message(response: reqwest::Response, timeout: Duration) -> S
         }
     };
     let _ = tokio::time::timeout(timeout, read).await;
-    if let Ok(value) = serde_json::from_slice::<Value>(&body) {
-        let message = value
-            .pointer("/error/message")
-            .or_else(|| value.get("message"))
-            .or_else(|| value.get("error"))
-            .and_then(Value::as_str);
-        if let Some(message) = message {
-            return message.to_string();
-        }
-    }
-    let text = String::from_utf8_lossy(&body[..body.len().min(500)])
-        .trim()
-        .to_string();
-    if text.is_empty() {
-        "no error message".into()
-    } else {
-        text
-    }
+    super::ErrorBody::parse(&body)
 }
 
 /// Maps the model-neutral request to a chat-completions body in the provider's dialect.
@@ -728,15 +711,11 @@ fn parse_payload(
         }
     };
     if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
-        let message = error
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| error.to_string());
+        // vLLM and llama.cpp put the HTTP status an error would have had in `code`.
         let status = error.get("code").and_then(Value::as_u64).unwrap_or(502) as u16;
         out.push_back(Err(LlmError::Status {
             status,
-            message,
+            body: super::ErrorBody::of_error(&error),
             retry_after: None,
         }));
         return;
@@ -916,7 +895,7 @@ mod tests {
             Some(&ModelEvent::TextDelta("a\"b\u{e9}".into()))
         );
         assert!(
-            matches!(&out[1], Err(LlmError::Status { status: 529, message, .. }) if message == "overloaded")
+            matches!(&out[1], Err(LlmError::Status { status: 529, body, .. }) if body.message == "overloaded")
         );
         assert!(matches!(&out[2], Err(LlmError::Protocol(_))));
         assert!(!reader.finished);

@@ -163,7 +163,11 @@ impl LlmClient for Resilient {
 }
 
 /// A model whose provider failed before it streamed is asked of another model (on another
-/// provider).
+/// provider). A request the upstream refused as the request's fault (400, 413, 422) is not:
+/// the fallback would refuse the same body the same way (a parameter, a tool schema, a
+/// context that a fallback, usually the smaller model, cannot hold either), and the client is
+/// told the real reason. A model the provider does not have (`model_not_found`) is a fault of
+/// the provider's configuration, and is asked of the fallback like any other failure.
 pub struct Fallback {
     pub primary: Arc<dyn LlmClient>,
     pub fallback: Arc<dyn LlmClient>,
@@ -176,6 +180,7 @@ impl LlmClient for Fallback {
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, LlmError> {
         match self.primary.stream(request).await {
             Ok(stream) => Ok(stream),
+            Err(error) if refused_for_itself(&error) => Err(error),
             Err(error) => {
                 tracing::warn!(
                     model = %request.model,
@@ -189,6 +194,13 @@ impl LlmClient for Fallback {
             }
         }
     }
+}
+
+/// Whether the upstream refused the request for what it asks, not for the model it names.
+fn refused_for_itself(error: &LlmError) -> bool {
+    error
+        .refusal()
+        .is_some_and(|refusal| refusal.code.as_deref() != Some("model_not_found"))
 }
 
 #[cfg(test)]
@@ -218,7 +230,7 @@ mod tests {
         let r = resilient(3);
         let status = |status: u16, retry_after: Option<u64>| LlmError::Status {
             status,
-            message: String::new(),
+            body: Default::default(),
             retry_after: retry_after.map(Duration::from_secs),
         };
         for attempt in 1..=3 {

@@ -374,10 +374,10 @@ async fn an_upstream_that_fails_before_streaming_is_retried_and_never_after() {
     assert_eq!(body["output"][0]["content"][0]["text"], "third time lucky");
     assert_eq!(app.llm.requests().len(), 3);
 
-    // A 400 is the request's fault: not retried.
+    // A 400 is the request's fault: not retried, and the client's 400.
     app.llm.push(Turn::error(400, "bad"));
     let (status, _) = app.post("/v1/responses", &ask(json!({}))).await;
-    assert_eq!(status, 502);
+    assert_eq!(status, 400);
     assert_eq!(app.llm.requests().len(), 4);
 
     // Cut after the first byte: never asked again (the output would be duplicated).

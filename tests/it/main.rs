@@ -25,3 +25,4 @@ mod replicas;
 mod schema;
 mod store_contract;
 mod tools;
+mod upstream;

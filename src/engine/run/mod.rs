@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use super::control::{RunControl, StopReason};
 use super::executor::{ServerCall, TurnCalls};
 use super::hub::{Inserted, LiveChannel};
-use super::lifecycle::{Ending, StoredEnd, end_stored};
+use super::lifecycle::{Ending, Failure, StoredEnd, end_stored};
 use super::toolset::{Executor, Listing, ToolSet};
 use super::usage::UsageMeter;
 use super::{RunEnd, RunOutcome};
@@ -227,7 +227,9 @@ impl RunTask {
         crate::metrics::tokens(&self.out.body.model, used.input_tokens, used.output_tokens);
         let end = match ending {
             Ending::Lost | Ending::HandedOver => RunEnd::ContinuesElsewhere,
-            ending => ending.upstream().map_or(RunEnd::Stopped, RunEnd::from),
+            ending => ending
+                .upstream()
+                .map_or(RunEnd::Stopped, RunEnd::UpstreamFailed),
         };
         if let Some(done) = self.done.take() {
             let _ = done.send(RunOutcome {
@@ -268,14 +270,10 @@ impl RunTask {
                     .iter()
                     .find(|p| p.result.is_error() && p.result.error != Some(ToolErrorKind::Refused))
             {
-                return Ending::Failed {
-                    code: "tool_error",
-                    message: format!(
-                        "The tool '{}' failed: {}",
-                        failed.call.name, failed.result.text
-                    ),
-                    upstream: None,
-                };
+                return Ending::Failed(Failure::Tool(format!(
+                    "The tool '{}' failed: {}",
+                    failed.call.name, failed.result.text
+                )));
             }
             match turn.finish {
                 Some(FinishReason::Length) => return Ending::Incomplete("max_output_tokens"),
@@ -460,8 +458,10 @@ impl RunTask {
             );
             return ending;
         };
-        if let Ending::Failed { code, message, .. } = &ending {
-            tracing::warn!(code, error = %message, "run failed");
+        if let Ending::Failed(failure) = &ending {
+            let (shown, _) = failure.shown();
+            let code = shown.code.unwrap_or_default();
+            tracing::warn!(code, error = %shown.message, "run failed");
         }
         let events = conclusion
             .events
@@ -542,10 +542,8 @@ impl RunTask {
 const UNSTORABLE: &str = "The run stopped: its progress could not be stored.";
 
 fn upstream_ending(error: LlmError) -> Ending {
-    tracing::warn!(code = error.code(), error = %crate::redact::urls_in(&error.to_string()), "the upstream model failed");
-    Ending::Failed {
-        code: error.code(),
-        message: error.client_message(),
-        upstream: Some(error),
-    }
+    // The upstream's own words, for the operator: keys it may quote hidden all the same.
+    let said = crate::redact::secrets_in(&error.to_string());
+    tracing::warn!(code = error.code(), error = %said, "the upstream model failed");
+    Ending::Failed(Failure::Upstream(error.into()))
 }
