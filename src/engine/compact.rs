@@ -38,16 +38,7 @@ impl Engine {
                 );
             }
         };
-        let allowed = caller.policy().is_none_or(|p| p.allows_model(&model));
-        let Some(client) = self.inner.models.route(&model).filter(|_| allowed) else {
-            return Err(EngineError::Invalid(
-                FieldError::new(
-                    "model",
-                    format!("The model '{model}' does not exist or you do not have access to it."),
-                ),
-                Some("model_not_found"),
-            ));
-        };
+        let client = self.client_for(&model, caller.policy())?;
         check_input_size(request.input.as_ref(), &self.inner.settings.limits)?;
         let input = self
             .resolve_input(tenant_id, parse_input(request.input.as_ref())?)

@@ -180,17 +180,63 @@ impl Engine {
                 );
             }
         };
-        let allowed = policy.is_none_or(|p| p.allows_model(&model));
-        match self.inner.models.route(&model).filter(|_| allowed) {
-            Some(client) => Ok((model, client)),
-            None => Err(EngineError::Invalid(
-                FieldError::new(
-                    "model",
-                    format!("The model '{model}' does not exist or you do not have access to it."),
-                ),
-                Some("model_not_found"),
-            )),
+        let client = self.client_for(&model, policy)?;
+        Ok((model, client))
+    }
+
+    /// The client that routes `model`, if the caller's key may use it; else
+    /// `model_not_found`, naming the models the caller may use (creation and compaction alike).
+    pub(super) fn client_for(
+        &self,
+        model: &str,
+        policy: Option<&KeyPolicy>,
+    ) -> Result<Arc<dyn LlmClient>, EngineError> {
+        let allowed = policy.is_none_or(|p| p.allows_model(model));
+        if let Some(client) = self.inner.models.route(model).filter(|_| allowed) {
+            return Ok(client);
         }
+        let message = format!(
+            "The model '{model}' does not exist or you do not have access to it. {}",
+            self.models_for(policy)
+        );
+        Err(EngineError::Invalid(
+            FieldError::new("model", message),
+            Some("model_not_found"),
+        ))
+    }
+
+    /// The models a key with `policy` may use, as a sentence: those its policy names that the
+    /// service routes, or every model the configuration lists; and whether any other name is
+    /// routed too (a provider with `"*"`).
+    fn models_for(&self, policy: Option<&KeyPolicy>) -> String {
+        /// More names than this are counted, not listed.
+        const SHOWN: usize = 20;
+        let router = &self.inner.models;
+        let restricted = policy.and_then(|p| p.models.as_ref());
+        let names: Vec<&str> = match restricted {
+            Some(allowed) => allowed
+                .iter()
+                .filter(|m| router.route(m).is_some())
+                .map(String::as_str)
+                .collect(),
+            None => router.models().iter().map(|(m, _)| m.as_str()).collect(),
+        };
+        let any = router.routes_any() && restricted.is_none();
+        if names.is_empty() {
+            return match any {
+                true => "Any model name may be used.".into(),
+                false => "There is no model you may use.".into(),
+            };
+        }
+        let mut listed: Vec<String> = names.iter().take(SHOWN).map(|m| format!("'{m}'")).collect();
+        if names.len() > SHOWN {
+            listed.push(format!("and {} more", names.len() - SHOWN));
+        }
+        let tail = match any {
+            true => " (and any other name: the service routes every model)",
+            false => "",
+        };
+        format!("Models you may use: {}{tail}.", listed.join(", "))
     }
 
     /// The limits and policies a run of `request` works under.

@@ -82,6 +82,11 @@ impl ModelRouter {
             .or_else(|| self.fallback.clone())
     }
 
+    /// Whether a provider routes every model nobody lists (its models include `"*"`).
+    pub fn routes_any(&self) -> bool {
+        self.fallback.is_some()
+    }
+
     /// `(model, provider)` pairs for `GET /v1/models`.
     pub fn models(&self) -> &[(String, String)] {
         &self.listed

@@ -2,7 +2,7 @@
 //! fault is a 400 with the upstream's own message (secrets hidden), code and field, without a
 //! stream and as `error` then `response.failed` with one, stored the same; a refusal of the
 //! service's credentials and a wrong `base_url` are 502s for the operator, without the
-//! upstream's words.
+//! upstream's words. And (point 5) an unknown model names the models the caller may use.
 //!
 //! The upstream bodies are the ones providers send, as collected with their sources in the
 //! provider notes (OpenAI error bodies as pasted in public issues, vLLM
@@ -471,4 +471,53 @@ async fn a_request_the_upstream_refused_is_not_asked_of_the_fallback_model_but_a
     let (status, body) = app.post("/v1/responses", &hello()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["output"][0]["content"][0]["text"], "from the backup");
+}
+
+#[tokio::test]
+async fn an_unknown_model_names_the_models_the_caller_may_use() {
+    let app = TestApp::start().await;
+    let expected = envelope(
+        "invalid_request_error",
+        json!("model_not_found"),
+        "The model 'gpt-9' does not exist or you do not have access to it. Models you may \
+         use: 'gpt-4o-mini', 'gpt-4o'.",
+        json!("model"),
+    );
+    let request = json!({"model": "gpt-9", "input": "hi"});
+    for path in ["/v1/responses", "/v1/responses/compact"] {
+        let (status, body) = app.post(path, &request).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body, expected, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_model_names_the_models_the_callers_key_may_use() {
+    let app = TestApp::builder()
+        .config(|c| c.auth.mode = switchyard::config::AuthMode::Keys)
+        .start()
+        .await;
+    let policy = switchyard::auth::KeyPolicy {
+        models: Some(vec!["gpt-4o".into(), "not-routed".into()]),
+        ..Default::default()
+    };
+    let store = app.store().await;
+    let (_, secret) = switchyard::auth::create_key(&*store, "acme", "test", &policy)
+        .await
+        .unwrap();
+    let reply = app
+        .client
+        .post(app.url("/v1/responses"))
+        .bearer_auth(secret)
+        .json(&hello())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status().as_u16(), 400);
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "The model 'gpt-4o-mini' does not exist or you do not have access to it. Models you \
+         may use: 'gpt-4o'."
+    );
 }
