@@ -19,6 +19,7 @@ use crate::config::{AuthMode, Config, ConfigError, Findings, ServerConfig};
 use crate::engine::hub::{EventHub, HubWriter};
 use crate::engine::{Engine, EngineSettings};
 use crate::llm::ModelRouter;
+use crate::llm::probe::Probes;
 use crate::store::{self, Backend, sqlite::InstanceLock};
 use crate::tools::ToolHandler;
 use crate::tools::mcp::McpServers;
@@ -39,6 +40,8 @@ pub struct Application {
     tools: Arc<ToolRegistry>,
     /// The MCP servers' connections (and the commands started for them).
     mcp: McpServers,
+    /// The providers' probes at start, still waiting for an answer.
+    probes: Probes,
     writer: HubWriter,
     router: axum::Router,
     grace: Duration,
@@ -184,18 +187,14 @@ impl Application {
         // Connecting to MCP servers and listing their tools happens in the background: a
         // slow or absent server does not hold up the start.
         let mcp = McpServers::start(&config, registry.clone());
+        // Each provider is asked for its model list, in the background too: a wrong base_url
+        // or key is a warning in the log at start, not a surprise at the first request.
+        let probes = Probes::start(config.providers());
         if let Some((ids, now)) = left.filter(|(ids, _)| !ids.is_empty()) {
             engine.recover_after_discovery(ids, now);
         }
         let stopping: Arc<std::sync::atomic::AtomicBool> = Arc::default();
-        let state = AppState {
-            engine: engine.clone(),
-            auth: Arc::new(authenticator(&config, store.clone())),
-            body_timeout: Duration::from_secs(config.server.body_read_timeout_seconds.max(1)),
-            stopping: stopping.clone(),
-            body_limit: config.server.body_limit_bytes,
-            heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
-        };
+        let state = app_state(&config, &engine, store, stopping.clone());
         Ok(Application {
             listener,
             connections: ConnectionLimits::new(&config.server),
@@ -204,6 +203,7 @@ impl Application {
             engine,
             tools: registry,
             mcp,
+            probes,
             writer,
             router: router(state),
             grace: Duration::from_secs(config.server.shutdown_grace_seconds),
@@ -226,7 +226,8 @@ impl Application {
     ///    polling readiness stops routing here), then stop accepting connections;
     /// 2. let running runs finish within the grace period, then hand the rest over;
     /// 3. give open connections a moment to send their last events;
-    /// 4. disconnect from the MCP servers, stopping the commands started for them;
+    /// 4. disconnect from the MCP servers, stopping the commands started for them, and stop
+    ///    the providers' probes still waiting;
     /// 5. drain the event writer so every emitted event is stored.
     pub async fn run_until(
         self,
@@ -268,11 +269,29 @@ impl Application {
             server.abort();
         }
         self.mcp.shutdown().await;
+        self.probes.shutdown().await;
         let hub: EventHub = self.engine.hub().clone();
         drop(self.engine);
         self.writer.finish(hub).await;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// What every handler shares.
+fn app_state(
+    config: &Config,
+    engine: &Engine,
+    store: Arc<dyn store::RunStore>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+) -> AppState {
+    AppState {
+        engine: engine.clone(),
+        auth: Arc::new(authenticator(config, store)),
+        body_timeout: Duration::from_secs(config.server.body_read_timeout_seconds.max(1)),
+        stopping,
+        body_limit: config.server.body_limit_bytes,
+        heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
     }
 }
 

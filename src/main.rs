@@ -31,7 +31,12 @@ enum Command {
     Migrate,
     /// Check the configuration as `serve` does (without opening the database or listening),
     /// print it (secrets redacted) and exit; 2 when it cannot be used.
-    CheckConfig,
+    CheckConfig {
+        /// Also ask each provider for its model list, as `serve` does at start, and say what
+        /// each answered on stderr, one line a provider; 1 when one cannot serve requests.
+        #[arg(long)]
+        probe: bool,
+    },
     /// Exit 0 when the configured instance answers /readyz (for container health checks).
     Probe,
     /// Manage API keys (in the configured database; every instance sees them at once).
@@ -101,9 +106,12 @@ async fn main() -> ExitCode {
             Err(e) => return refuse(&e),
         },
         Command::Migrate => migrate(config).await,
-        Command::CheckConfig => match check(&config) {
+        Command::CheckConfig { probe } => match check(&config) {
             Ok(_) => {
                 print!("{}", config.to_redacted_toml());
+                if probe {
+                    return probe_providers(&config).await;
+                }
                 Ok(())
             }
             Err(e) => return refuse(&e),
@@ -237,6 +245,19 @@ async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Probes every provider as `serve` does at start, one line each on stderr (the
+/// configuration is on stdout); 1 when one cannot serve requests as configured.
+async fn probe_providers(config: &Config) -> ExitCode {
+    let probes = switchyard::llm::probe::probe_all(&config.providers()).await;
+    for probe in &probes {
+        eprintln!("{}", probe.line());
+    }
+    match probes.iter().any(|probe| probe.failed()) {
+        true => ExitCode::FAILURE,
+        false => ExitCode::SUCCESS,
+    }
 }
 
 /// Asks this host's instance whether it is ready.

@@ -31,6 +31,7 @@ const WRITER_COMMIT: &str = "switchyard_event_writer_commit_seconds";
 const TOKENS: &str = "switchyard_tokens_total";
 const MCP_SERVER_UP: &str = "switchyard_mcp_server_up";
 const MCP_SERVER_TOOLS: &str = "switchyard_mcp_server_tools";
+const UPSTREAM_PROBE: &str = "switchyard_upstream_probe";
 
 /// Seconds, from a millisecond to a minute: requests and tool calls.
 const SHORT: &[f64] = &[
@@ -207,6 +208,10 @@ fn describe() {
         MCP_SERVER_TOOLS,
         "Tools of a configured MCP server offered now, by server (0 while it is not connected)"
     );
+    describe_gauge!(
+        UPSTREAM_PROBE,
+        "What the probe of each provider at start (GET /models) found, by provider and result: 1 for its result (ok, model_missing, not_found, refused, unauthorized, unreachable, timeout, error), 0 for the others"
+    );
 }
 
 /// Folds histogram samples into their buckets: called every few seconds, so that memory
@@ -231,6 +236,15 @@ pub fn mcp_server_connected(server: &str, connected: bool) {
     gauge!(MCP_SERVER_UP, "server" => server.to_string()).set(f64::from(u8::from(connected)));
     if !connected {
         mcp_server_tools(server, 0);
+    }
+}
+
+/// What the probe of `provider` at start found: 1 for `result`, 0 for the other `results`
+/// (so that an alert can watch `result!="ok"`).
+pub fn upstream_probe(provider: &str, result: &'static str, results: &[&'static str]) {
+    for other in results {
+        let found = f64::from(u8::from(*other == result));
+        gauge!(UPSTREAM_PROBE, "provider" => provider.to_string(), "result" => *other).set(found);
     }
 }
 

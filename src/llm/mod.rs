@@ -2,10 +2,11 @@
 //! the engine never sees a provider's wire format; `openai` implements it over the
 //! chat-completions streaming API in the dialect of its provider's `profile`, `think` finds
 //! `<think>` blocks in streamed text, `refusal` reads an upstream's error replies and says who
-//! must act on them, `resilient` adds retries, concurrency caps and fallbacks, and `router`
-//! picks the client of a model.
+//! must act on them, `resilient` adds retries, concurrency caps and fallbacks, `router` picks
+//! the client of a model, and `probe` asks each provider for its model list.
 
 pub mod openai;
+pub mod probe;
 pub mod profile;
 mod refusal;
 pub mod resilient;

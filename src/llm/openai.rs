@@ -112,7 +112,7 @@ impl LlmClient for ChatCompletionsClient {
 }
 
 /// `reqwest` errors hide their cause; the chain is what an operator needs.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -2,7 +2,8 @@
 //! fault is a 400 with the upstream's own message (secrets hidden), code and field, without a
 //! stream and as `error` then `response.failed` with one, stored the same; a refusal of the
 //! service's credentials and a wrong `base_url` are 502s for the operator, without the
-//! upstream's words. And (point 5) an unknown model names the models the caller may use.
+//! upstream's words. And (point 5) an unknown model names the models the caller may use, and
+//! each provider is probed at start and by `check-config --probe`.
 //!
 //! The upstream bodies are the ones providers send, as collected with their sources in the
 //! provider notes (OpenAI error bodies as pasted in public issues, vLLM
@@ -11,7 +12,7 @@
 use serde_json::{Value, json};
 use switchyard::config::{FallbackConfig, ProviderConfig};
 
-use crate::support::{FakeLlm, Sse, Step, TestApp, Turn, assert_numbering};
+use crate::support::{Binary, ConfigFile, FakeLlm, Sse, Step, TestApp, Turn, assert_numbering};
 
 fn hello() -> Value {
     json!({"model": "gpt-4o-mini", "input": "Say hello"})
@@ -520,4 +521,114 @@ async fn an_unknown_model_names_the_models_the_callers_key_may_use() {
         "The model 'gpt-4o-mini' does not exist or you do not have access to it. Models you \
          may use: 'gpt-4o'."
     );
+}
+
+/// Whether the Prometheus text has `name{…labels…} value`.
+fn has_series(metrics: &str, name: &str, labels: &[(&str, &str)], value: &str) -> bool {
+    metrics.lines().any(|line| {
+        let Some((series, found)) = line.rsplit_once(' ') else {
+            return false;
+        };
+        series.starts_with(&format!("{name}{{"))
+            && labels
+                .iter()
+                .all(|(k, v)| series.contains(&format!("{k}=\"{v}\"")))
+            && found == value
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_url_without_v1_is_a_warning_at_start_naming_the_fix_and_a_metric() {
+    let llm = FakeLlm::start().await.unwrap();
+    let instance = Binary::new()
+        .env(
+            "SWITCHYARD__LLM__BASE_URL",
+            format!("http://{}", llm.addr()),
+        )
+        .spawn();
+    let line = instance
+        .logs
+        .wait_for(|line| line.contains("does base_url end in /v1"))
+        .await;
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("provider=\"default\""), "{line}");
+    assert!(line.contains("result=\"not_found\""), "{line}");
+    let metrics = reqwest::get(instance.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let probe = "switchyard_upstream_probe";
+    let labels = |result| [("provider", "default"), ("result", result)];
+    assert!(
+        has_series(&metrics, probe, &labels("not_found"), "1"),
+        "{metrics}"
+    );
+    assert!(has_series(&metrics, probe, &labels("ok"), "0"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_probe_prints_a_line_per_provider_and_fails_when_one_cannot_serve() {
+    let llm = FakeLlm::start().await.unwrap();
+    // A port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let good = format!(
+        "[llm]\nbase_url = \"{}\"\nmodels = [\"fake\"]\n",
+        llm.base_url()
+    );
+    let file = ConfigFile::new(&good);
+    let outcome = Binary::new()
+        .config_file(&file.path)
+        .run(&["check-config", "--probe"]);
+    assert_eq!(outcome.code, 0, "{}", outcome.stderr);
+    assert!(
+        outcome.stdout.contains("[llm]"),
+        "the configuration is still printed"
+    );
+    let lines: Vec<&str> = outcome.stderr.lines().collect();
+    let ok = format!(
+        "provider \"default\": ok: {} answers and lists 1 model",
+        llm.base_url()
+    );
+    assert_eq!(lines, [ok.as_str()], "{}", outcome.stderr);
+
+    let bad = format!(
+        "[llm]\nbase_url = \"{base}\"\nmodels = [\"fake\", \"gpt-4o\"]\n\
+         [providers.local]\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodels = [\"llama3.1\"]\n\
+         [providers.nov1]\nbase_url = \"http://{addr}\"\nmodels = [\"qwen3\"]\n",
+        base = llm.base_url(),
+        addr = llm.addr(),
+    );
+    let file = ConfigFile::new(&bad);
+    let outcome = Binary::new()
+        .config_file(&file.path)
+        .run(&["check-config", "--probe"]);
+    assert_eq!(outcome.code, 1, "{}", outcome.stderr);
+    let expected = [
+        format!(
+            "provider \"default\": model_missing: {} does not list the configured model(s) \
+             \"gpt-4o\": requests for them will fail unless it serves models it does not list \
+             (names are case-sensitive)",
+            llm.base_url()
+        ),
+        format!(
+            "provider \"local\": refused: connection refused at http://127.0.0.1:{port}/v1: \
+             is the port right, and is the server running?"
+        ),
+        format!(
+            "provider \"nov1\": not_found: GET http://{}/models answered 404 Not Found: does \
+             base_url end in /v1 (e.g. http://127.0.0.1:11434/v1)?",
+            llm.addr()
+        ),
+    ];
+    for line in &expected {
+        assert!(
+            outcome.stderr.lines().any(|l| l == line),
+            "{line}\nin\n{}",
+            outcome.stderr
+        );
+    }
 }
