@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::ToolsConfig;
-use crate::llm::{LlmError, ModelRouter};
+use crate::llm::ModelRouter;
 use crate::protocol::events::EventRecord;
 use crate::protocol::field::FieldError;
 use crate::protocol::items::Item;
@@ -73,12 +73,6 @@ pub enum RunEnd {
     /// This instance let go of it (it is stopping) or lost it: another instance continues
     /// it, and `GET /v1/responses/{id}` follows it there.
     ContinuesElsewhere,
-}
-
-impl From<LlmError> for RunEnd {
-    fn from(error: LlmError) -> RunEnd {
-        RunEnd::UpstreamFailed(error.into())
-    }
 }
 
 /// A run that has started.
