@@ -7,7 +7,8 @@ use std::borrow::Cow;
 
 const HIDDEN: &str = "***";
 
-/// Query parameters of database URLs that are settings, not secrets: shown as they are.
+/// Query parameters of database and provider URLs that are settings, not secrets: shown as
+/// they are.
 const SETTINGS: &[&str] = &[
     "sslmode",
     "sslrootcert",
@@ -16,6 +17,8 @@ const SETTINGS: &[&str] = &[
     "application_name",
     "statement-cache-capacity",
     "mode",
+    // Azure OpenAI's API version.
+    "api-version",
 ];
 
 /// A URL with its password and every query value hidden (`https://u:***@h/p?key=***`),

@@ -12,7 +12,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::ResolvedProvider;
+use super::profile::{Auth, Dialect};
+use crate::config::{Profile, ResolvedProvider};
 
 /// How long a provider gets to answer its probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -153,7 +154,8 @@ pub async fn probe_all(providers: &[ResolvedProvider]) -> Vec<Probe> {
 
 /// Asks one provider for its model list, with its key.
 pub async fn probe(provider: &ResolvedProvider) -> Probe {
-    let url = format!("{}/models", provider.base_url);
+    let dialect = Dialect::for_provider(provider);
+    let (url, names_models) = models_url(&provider.base_url, &dialect);
     // Shown as configured: the URL parser would add a `/` to a bare host.
     let shown = |url: &str| {
         let hidden = crate::redact::url(url);
@@ -166,11 +168,36 @@ pub async fn probe(provider: &ResolvedProvider) -> Probe {
         provider: provider.name.clone(),
         base_url: shown(&provider.base_url),
         url: shown(&url),
-        outcome: ask(provider, &url).await,
+        outcome: match ask(provider, &dialect, &url).await {
+            // Azure's list names base models, not the deployments requests name.
+            Outcome::Listed { count, .. } if !names_models => Outcome::Listed {
+                count,
+                missing: Vec::new(),
+            },
+            outcome => outcome,
+        },
     }
 }
 
-async fn ask(provider: &ResolvedProvider, url: &str) -> Outcome {
+/// Where a provider lists its models, and whether the list names what requests name. An
+/// Azure deployment URL (`…/openai/deployments/{model}`) lists the resource's models at
+/// `…/openai/models?api-version=…` (learn.microsoft.com/rest/api/azureopenai/models/list),
+/// by base model rather than by deployment; any other base URL at `{base_url}/models`.
+fn models_url(base_url: &str, dialect: &Dialect) -> (String, bool) {
+    let (mut url, names_models) = match base_url.split_once("/deployments/") {
+        Some((resource, _)) if dialect.profile == Profile::Azure => {
+            (format!("{resource}/models"), false)
+        }
+        _ => (format!("{base_url}/models"), true),
+    };
+    if let Some(version) = &dialect.api_version {
+        url.push_str("?api-version=");
+        url.push_str(version);
+    }
+    (url, names_models)
+}
+
+async fn ask(provider: &ResolvedProvider, dialect: &Dialect, url: &str) -> Outcome {
     let client = reqwest::Client::builder().timeout(PROBE_TIMEOUT);
     // As the provider's requests go: an HTTP/2-only server may not speak HTTP/1.1.
     let client = match provider.http2 {
@@ -183,7 +210,10 @@ async fn ask(provider: &ResolvedProvider, url: &str) -> Outcome {
     };
     let mut request = client.get(url);
     if let Some(key) = &provider.api_key {
-        request = request.bearer_auth(key.expose());
+        request = match dialect.auth {
+            Auth::Bearer => request.bearer_auth(key.expose()),
+            Auth::ApiKeyHeader => request.header("api-key", key.expose()),
+        };
     }
     let response = match request.send().await {
         Ok(response) => response,
@@ -293,6 +323,26 @@ mod tests {
         assert_eq!(
             listed(&json!({"models": []}), &configured),
             Outcome::Answered
+        );
+    }
+
+    #[test]
+    fn an_azure_deployment_url_lists_the_resources_models_and_other_urls_their_own() {
+        let mut azure = Dialect::of(Profile::Azure);
+        azure.api_version = Some("2024-10-21".into());
+        assert_eq!(
+            models_url(
+                "https://r.openai.azure.com/openai/deployments/{model}",
+                &azure
+            ),
+            (
+                "https://r.openai.azure.com/openai/models?api-version=2024-10-21".into(),
+                false
+            )
+        );
+        assert_eq!(
+            models_url("http://127.0.0.1:8000/v1", &Dialect::of(Profile::Vllm)),
+            ("http://127.0.0.1:8000/v1/models".into(), true)
         );
     }
 
