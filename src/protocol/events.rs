@@ -63,6 +63,23 @@ pub enum Event {
         text: String,
         logprobs: Vec<Value>,
     },
+    /// A reasoning item's `reasoning_text` part opens (SPEC §13): the `content_part.added` of
+    /// a reasoning item, whose part is not a message's (`{"type": "reasoning_text"}`). The
+    /// openai SDKs' stream helpers add the part here and its deltas to it.
+    #[serde(rename = "response.content_part.added")]
+    ReasoningPartAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ReasoningPart,
+    },
+    #[serde(rename = "response.content_part.done")]
+    ReasoningPartDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ReasoningPart,
+    },
     /// Reasoning text as the upstream streams it (SPEC §13).
     #[serde(rename = "response.reasoning_text.delta")]
     ReasoningTextDelta {
@@ -186,6 +203,13 @@ pub enum Event {
     },
 }
 
+/// The part of a reasoning item its text streams into.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReasoningPart {
+    ReasoningText { text: String },
+}
+
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     #[serde(rename = "type")]
@@ -223,6 +247,8 @@ impl Event {
             Event::ContentPartDone { .. } => "response.content_part.done",
             Event::OutputTextDelta { .. } => "response.output_text.delta",
             Event::OutputTextDone { .. } => "response.output_text.done",
+            Event::ReasoningPartAdded { .. } => "response.content_part.added",
+            Event::ReasoningPartDone { .. } => "response.content_part.done",
             Event::ReasoningTextDelta { .. } => "response.reasoning_text.delta",
             Event::ReasoningTextDone { .. } => "response.reasoning_text.done",
             Event::ReasoningSummaryPartAdded { .. } => "response.reasoning_summary_part.added",

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, Turn};
+use crate::support::{Step, TestApp, Turn};
 
 /// Every route of `api::router` with its methods. A route added there must be added here, and
 /// then to the document.
@@ -373,13 +373,29 @@ async fn what_the_service_answers_validates_against_the_document() {
     assert_eq!(resumed["status"], "completed");
     assert!(resumed["usage"].is_object());
 
-    // A stream: every event, and the frames as SSE clients parse them.
+    // A stream: every event, and the frames as SSE clients parse them; with reasoning, as its
+    // text and as a summary.
+    let event_schema = json!({"$ref": "#/components/schemas/StreamEvent"});
+    for summary in [json!(null), json!("auto")] {
+        let mut steps = vec![Step::Reasoning {
+            text: "Think.".into(),
+        }];
+        steps.extend(Turn::text("Thought words").steps);
+        app.llm.push(Turn { steps });
+        let sse = app
+            .stream(&json!({"model": "gpt-4o-mini", "input": "Think",
+                            "reasoning": {"summary": summary}, "include": ["reasoning.encrypted_content"]}))
+            .await;
+        assert!(sse.types().contains(&"response.output_item.added"));
+        for event in &sse.events {
+            assert_valid(&doc, &event_schema, &event.data);
+        }
+    }
     app.llm.push(Turn::text("Streamed words"));
     let sse = app
         .stream(&json!({"model": "gpt-4o-mini", "input": "Stream"}))
         .await;
     assert_eq!(sse.content_type, "text/event-stream");
-    let event_schema = json!({"$ref": "#/components/schemas/StreamEvent"});
     for event in &sse.events {
         assert_valid(&doc, &event_schema, &event.data);
     }

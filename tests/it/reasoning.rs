@@ -83,12 +83,14 @@ async fn streamed_reasoning_is_a_reasoning_item_before_the_answer_stored_and_rep
     audit_log(&sse);
     assert_items_do_not_interleave(&sse);
     assert_eq!(
-        sse.types()[2..9],
+        sse.types()[2..11],
         [
             "response.output_item.added",
+            "response.content_part.added",
             "response.reasoning_text.delta",
             "response.reasoning_text.delta",
             "response.reasoning_text.done",
+            "response.content_part.done",
             "response.output_item.done",
             "response.output_item.added",
             "response.content_part.added",
@@ -102,7 +104,11 @@ async fn streamed_reasoning_is_a_reasoning_item_before_the_answer_stored_and_rep
         added["item"],
         json!({"type": "reasoning", "id": id, "summary": [], "content": [], "status": "in_progress"})
     );
-    let delta = &sse.events[3].data;
+    assert_eq!(
+        sse.events[3].data["part"],
+        json!({"type": "reasoning_text", "text": ""})
+    );
+    let delta = &sse.events[4].data;
     assert_eq!(
         (
             &delta["item_id"],
@@ -118,8 +124,12 @@ async fn streamed_reasoning_is_a_reasoning_item_before_the_answer_stored_and_rep
         )
     );
     assert_eq!(
-        sse.events[5].data["text"],
+        sse.events[6].data["text"],
         "Paris is the capital. Then act."
+    );
+    assert_eq!(
+        sse.events[7].data["part"],
+        json!({"type": "reasoning_text", "text": "Paris is the capital. Then act."})
     );
     assert_eq!(
         shown(&sse),
@@ -142,7 +152,7 @@ async fn streamed_reasoning_is_a_reasoning_item_before_the_answer_stored_and_rep
     let replayed = app.replay(&id, "").await;
     assert_eq!(replayed.types(), sse.types());
     assert_eq!(
-        replayed.events[3].data, sse.events[3].data,
+        replayed.events[4].data, sse.events[4].data,
         "the log keeps the reasoning deltas"
     );
 }

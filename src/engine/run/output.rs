@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::super::emitter::EventEmitter;
 use super::super::executor::ServerCall;
 use super::super::toolset::Listing;
-use crate::protocol::events::Event;
+use crate::protocol::events::{Event, ReasoningPart};
 use crate::protocol::ids;
 use crate::protocol::items::{
     ContentPart, CustomToolCall, FunctionCall, Item, ItemStatus, LocalShellCall,
@@ -193,16 +193,24 @@ impl Output {
         });
         let output_index = self.push(item);
         self.added(output_index).await;
-        if summary {
-            self.emitter
-                .emit(Event::ReasoningSummaryPartAdded {
-                    item_id: item_id.clone(),
-                    output_index,
-                    summary_index: 0,
-                    part: json!({"type": "summary_text", "text": ""}),
-                })
-                .await;
-        }
+        // The part its text streams into: a summary part, or a `reasoning_text` part.
+        let event = match summary {
+            true => Event::ReasoningSummaryPartAdded {
+                item_id: item_id.clone(),
+                output_index,
+                summary_index: 0,
+                part: json!({"type": "summary_text", "text": ""}),
+            },
+            false => Event::ReasoningPartAdded {
+                item_id: item_id.clone(),
+                output_index,
+                content_index: 0,
+                part: ReasoningPart::ReasoningText {
+                    text: String::new(),
+                },
+            },
+        };
+        self.emitter.emit(event).await;
         OpenReasoning {
             output_index,
             item_id,
@@ -245,15 +253,24 @@ impl Output {
                 .await;
             item.summary.push(part);
         } else {
-            item.content = Some(vec![json!({"type": "reasoning_text", "text": open.text})]);
+            let text = open.text;
             self.emitter
                 .emit(Event::ReasoningTextDone {
+                    item_id: item_id.clone(),
+                    output_index,
+                    content_index: 0,
+                    text: text.clone(),
+                })
+                .await;
+            self.emitter
+                .emit(Event::ReasoningPartDone {
                     item_id,
                     output_index,
                     content_index: 0,
-                    text: open.text,
+                    part: ReasoningPart::ReasoningText { text: text.clone() },
                 })
                 .await;
+            item.content = Some(vec![json!({"type": "reasoning_text", "text": text})]);
         }
         self.done(output_index, Item::Reasoning(item)).await;
     }

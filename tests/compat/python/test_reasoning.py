@@ -12,6 +12,7 @@ import openai
 from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
 from agents.items import MessageOutputItem, ReasoningItem
 from openai.types.responses import (
+    ResponseContentPartAddedEvent,
     ResponseReasoningItem,
     ResponseReasoningSummaryPartAddedEvent,
     ResponseReasoningSummaryTextDeltaEvent,
@@ -41,14 +42,19 @@ def test_a_streamed_reasoning_item_is_typed_by_the_sdk_and_comes_before_the_answ
         events = list(stream)
 
     types = [e.type for e in events]
-    assert types[2:7] == [
+    assert types[2:9] == [
         "response.output_item.added",
+        "response.content_part.added",
         "response.reasoning_text.delta",
         "response.reasoning_text.delta",
         "response.reasoning_text.done",
+        "response.content_part.done",
         "response.output_item.done",
     ], types
-    added, first, second, done, item_done = events[2:7]
+    added, part_added, first, second, done, part_done, item_done = events[2:9]
+    assert isinstance(part_added, ResponseContentPartAddedEvent)
+    assert (part_added.part.type, part_added.part.text) == ("reasoning_text", "")
+    assert part_done.part.text == "".join(THOUGHT)
     assert isinstance(added.item, ResponseReasoningItem)
     assert added.item.id.startswith("rs_")
     assert isinstance(first, ResponseReasoningTextDeltaEvent)
