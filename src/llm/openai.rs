@@ -26,6 +26,8 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 pub struct ChatCompletionsClient {
     http: reqwest::Client,
     base_url: String,
+    /// The URL of every request, unless `base_url` names the `{model}` (Azure deployments).
+    fixed_url: Option<String>,
     dialect: Dialect,
     api_key: Option<Secret>,
     first_byte_timeout: Duration,
@@ -49,10 +51,13 @@ impl ChatCompletionsClient {
         let http = http
             .build()
             .map_err(|e| LlmError::Connect(format!("cannot build the HTTP client: {e}")))?;
+        let dialect = Dialect::for_provider(provider);
         Ok(ChatCompletionsClient {
             http,
             base_url: provider.base_url.clone(),
-            dialect: Dialect::for_provider(provider),
+            fixed_url: (!provider.base_url.contains("{model}"))
+                .then(|| dialect.url(&provider.base_url, "")),
+            dialect,
             api_key: provider.api_key.clone(),
             first_byte_timeout: Duration::from_millis(llm.first_byte_timeout_ms),
             idle_timeout: Duration::from_millis(llm.idle_timeout_ms),
@@ -64,8 +69,11 @@ impl ChatCompletionsClient {
 impl LlmClient for ChatCompletionsClient {
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, LlmError> {
         let body = chat_request_body(request, &self.dialect);
-        let url = self.dialect.url(&self.base_url, &request.model);
-        let mut call = self.http.post(url).json(&body);
+        let url = match &self.fixed_url {
+            Some(url) => Cow::Borrowed(url.as_str()),
+            None => Cow::Owned(self.dialect.url(&self.base_url, &request.model)),
+        };
+        let mut call = self.http.post(url.as_ref()).json(&body);
         if let Some(key) = &self.api_key {
             call = match self.dialect.auth {
                 Auth::Bearer => call.bearer_auth(key.expose()),
@@ -682,7 +690,7 @@ impl Reader {
 
     fn content(&mut self, text: String, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
         match &mut self.think {
-            Some(splitter) => splitter.feed(&text, out),
+            Some(splitter) => splitter.feed(text, out),
             None => out.push_back(Ok(ModelEvent::TextDelta(text))),
         }
     }

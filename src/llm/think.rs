@@ -44,13 +44,14 @@ impl Default for ThinkSplitter {
 type Out = VecDeque<Result<ModelEvent, LlmError>>;
 
 impl ThinkSplitter {
-    /// Splits one content delta into reasoning and text events.
-    pub fn feed(&mut self, delta: &str, out: &mut Out) {
+    /// Splits one content delta into reasoning and text events. Once the answer has begun,
+    /// each delta is passed on as it came, without a copy (the path of every text delta).
+    pub fn feed(&mut self, delta: String, out: &mut Out) {
         if self.phase == Phase::Answer {
             push_text(out, delta);
             return;
         }
-        self.held.push_str(delta);
+        self.held.push_str(&delta);
         loop {
             match self.phase {
                 Phase::Start => {
@@ -63,7 +64,7 @@ impl ThinkSplitter {
                     if !OPEN.starts_with(trimmed) {
                         // Answer text: everything held is passed on as it was.
                         self.phase = Phase::Answer;
-                        push_text(out, &std::mem::take(&mut self.held));
+                        push_text(out, std::mem::take(&mut self.held));
                     }
                     return;
                 }
@@ -71,21 +72,21 @@ impl ThinkSplitter {
                     if let Some(at) = self.held.find(CLOSE) {
                         let after = self.held.split_off(at + CLOSE.len());
                         self.held.truncate(at);
-                        push_reasoning(out, &std::mem::take(&mut self.held));
+                        push_reasoning(out, std::mem::take(&mut self.held));
                         self.held = after;
                         self.phase = Phase::Separating;
                         continue;
                     }
                     let keep = partial_suffix(&self.held, CLOSE);
                     let rest = self.held.split_off(self.held.len() - keep);
-                    push_reasoning(out, &std::mem::replace(&mut self.held, rest));
+                    push_reasoning(out, std::mem::replace(&mut self.held, rest));
                     return;
                 }
                 // The answer usually starts with a blank line after the tag.
                 Phase::Separating => {
                     let answer = self.held.trim_start();
                     if !answer.is_empty() {
-                        push_text(out, answer);
+                        push_text(out, answer.to_string());
                         self.phase = Phase::Answer;
                     }
                     self.held.clear();
@@ -101,8 +102,8 @@ impl ThinkSplitter {
     pub fn finish(&mut self, out: &mut Out) {
         let held = std::mem::take(&mut self.held);
         match self.phase {
-            Phase::Thinking => push_reasoning(out, &held),
-            Phase::Start | Phase::Answer => push_text(out, &held),
+            Phase::Thinking => push_reasoning(out, held),
+            Phase::Start | Phase::Answer => push_text(out, held),
             Phase::Separating => {}
         }
         self.phase = Phase::Answer;
@@ -118,15 +119,15 @@ fn partial_suffix(text: &str, tag: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn push_text(out: &mut Out, text: &str) {
+fn push_text(out: &mut Out, text: String) {
     if !text.is_empty() {
-        out.push_back(Ok(ModelEvent::TextDelta(text.to_string())));
+        out.push_back(Ok(ModelEvent::TextDelta(text)));
     }
 }
 
-fn push_reasoning(out: &mut Out, text: &str) {
+fn push_reasoning(out: &mut Out, text: String) {
     if !text.is_empty() {
-        out.push_back(Ok(ModelEvent::ReasoningDelta(text.to_string())));
+        out.push_back(Ok(ModelEvent::ReasoningDelta(text)));
     }
 }
 
@@ -139,7 +140,7 @@ mod tests {
         let mut splitter = ThinkSplitter::default();
         let mut out = Out::new();
         for chunk in chunks {
-            splitter.feed(chunk, &mut out);
+            splitter.feed(chunk.to_string(), &mut out);
         }
         splitter.finish(&mut out);
         let (mut reasoning, mut text) = (String::new(), String::new());
@@ -183,7 +184,7 @@ mod tests {
         assert_eq!(split(&["<thi"]), (String::new(), "<thi".into()));
         let mut splitter = ThinkSplitter::default();
         let mut out = Out::new();
-        splitter.feed("Hi", &mut out);
+        splitter.feed("Hi".into(), &mut out);
         assert_eq!(out.len(), 1, "decided text is not held back");
     }
 
