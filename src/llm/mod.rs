@@ -106,8 +106,9 @@ pub enum LlmError {
     Status {
         status: u16,
         /// What its error reply said, in its own words (for the log; a client sees what
-        /// [`LlmError::refusal`] and [`LlmError::client_message`] make of it).
-        body: ErrorBody,
+        /// [`LlmError::refusal`] and [`LlmError::client_message`] make of it). Boxed: every
+        /// streamed event is a `Result` with this error beside it, and moves its size.
+        body: Box<ErrorBody>,
         /// How long the upstream asked to wait before trying again (`Retry-After`).
         retry_after: Option<Duration>,
     },

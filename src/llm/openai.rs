@@ -107,7 +107,7 @@ impl LlmClient for ChatCompletionsClient {
             let body = read_error_body(response, self.idle_timeout).await;
             return Err(LlmError::Status {
                 status: status.as_u16(),
-                body,
+                body: Box::new(body),
                 retry_after,
             });
         }
@@ -723,7 +723,7 @@ fn parse_payload(
         let status = error.get("code").and_then(Value::as_u64).unwrap_or(502) as u16;
         out.push_back(Err(LlmError::Status {
             status,
-            body: super::ErrorBody::of_error(&error),
+            body: Box::new(super::ErrorBody::of_error(&error)),
             retry_after: None,
         }));
         return;
