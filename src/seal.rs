@@ -42,6 +42,8 @@ impl ReasoningSeal {
             .encryption_key
             .iter()
             .chain(&config.previous_encryption_keys)
+            // An empty value is an unset one (docker-compose writes `${VAR:-}` so).
+            .filter(|secret| !secret.expose().is_empty())
             .map(|secret| cipher(secret.expose().as_bytes()))
             .collect::<Vec<_>>();
         if !configured.is_empty() {
@@ -141,6 +143,14 @@ mod tests {
     fn without_a_configured_key_the_process_seals_with_its_own_and_says_so() {
         let (seal, warning) = ReasoningSeal::from_config(&ReasoningConfig::default());
         assert!(warning.is_some());
+        let empty = ReasoningConfig {
+            encryption_key: Some(Secret::new("")),
+            previous_encryption_keys: Vec::new(),
+        };
+        assert!(
+            ReasoningSeal::from_config(&empty).1.is_some(),
+            "empty is unset"
+        );
         let blob = seal.seal("t", "x");
         assert_eq!(seal.open("t", &blob).as_deref(), Some("x"));
     }
