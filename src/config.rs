@@ -311,6 +311,8 @@ struct LlmSection {
     reasoning_send_back: Option<SendBack>,
     #[serde(default)]
     api_version: Option<String>,
+    #[serde(default)]
+    images: Option<bool>,
     connect_timeout_ms: u64,
     first_byte_timeout_ms: u64,
     idle_timeout_ms: u64,
@@ -333,6 +335,7 @@ impl From<LlmSection> for LlmConfig {
                 reasoning_format: section.reasoning_format,
                 reasoning_send_back: section.reasoning_send_back,
                 api_version: section.api_version,
+                images: section.images,
             },
             connect_timeout_ms: section.connect_timeout_ms,
             first_byte_timeout_ms: section.first_byte_timeout_ms,
@@ -394,6 +397,10 @@ pub struct ProviderConfig {
     /// Azure OpenAI's `api-version` query parameter (deployment URLs need one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
+    /// Whether its models are shown the images tools return (else only a placeholder text);
+    /// by default the profile's: yes, except DeepSeek's text-only API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -500,6 +507,8 @@ pub struct ResolvedProvider {
     pub reasoning_format: Option<ReasoningFormat>,
     pub reasoning_send_back: Option<SendBack>,
     pub api_version: Option<String>,
+    /// The configured override of the profile's `images`.
+    pub images: Option<bool>,
 }
 
 /// The layered configuration a [`Config`] was read from, kept to say where a value came from.
@@ -599,6 +608,7 @@ fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedP
         reasoning_format: provider.reasoning_format,
         reasoning_send_back: provider.reasoning_send_back,
         api_version: provider.api_version.clone(),
+        images: provider.images,
         base_url: base_url.trim_end_matches('/').to_string(),
         api_key,
         models: provider.models.clone(),
@@ -683,6 +693,7 @@ mod tests {
             reasoning_format: Some(ReasoningFormat::ThinkTags),
             reasoning_send_back: Some(SendBack::TurnLoop),
             api_version: Some("2024-10-21".into()),
+            images: Some(false),
         };
         let table = toml::to_string(&provider).unwrap();
         let config = read(&format!("[llm]\n{table}")).unwrap();

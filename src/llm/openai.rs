@@ -16,7 +16,7 @@ use super::sse::SseDecoder;
 use super::think::ThinkSplitter;
 use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelStream};
 use crate::config::{LlmConfig, ReasoningFormat, ResolvedProvider, Secret, SendBack};
-use crate::protocol::items::{ContentPart, Item, Role};
+use crate::protocol::items::{ContentPart, Item, McpCall, Role};
 use crate::protocol::response::{InputTokensDetails, OutputTokensDetails, Usage};
 use crate::protocol::transcript::Entry;
 
@@ -245,7 +245,9 @@ pub const COMPACTION_PREFIX: &str = "[Summary of the earlier conversation]";
 /// Items → chat messages. Consecutive calls (client functions and server calls) become one
 /// assistant message with several `tool_calls`, each directly followed by its result, as
 /// chat-completions requires; tool listings are not part of the conversation. Reasoning is
-/// sent back, on the assistant message it preceded, where the dialect says.
+/// sent back, on the assistant message it preceded, where the dialect says. Images server
+/// calls returned follow their tool messages in one user message, where the dialect says the
+/// provider takes images ([`call_images`]).
 fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
     let entries = &request.items;
     let items = || entries.iter().filter_map(Entry::item);
@@ -276,9 +278,15 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
         if item.as_call().is_some() {
             let mut calls = Vec::new();
             let mut results = Vec::new();
+            let mut images = Vec::new();
             while let Some((id, name, arguments)) = call_at(index) {
                 let result = match &entries[index] {
-                    Entry::Item(Item::McpCall(c)) => Some(c.result_text()),
+                    Entry::Item(Item::McpCall(c)) => {
+                        if dialect.images {
+                            images.extend(call_images(&id, &name, c));
+                        }
+                        Some(c.result_text())
+                    }
                     _ => client_outputs.get(id.as_str()).cloned(),
                 };
                 calls.push(json!({"id": id, "type": "function",
@@ -291,6 +299,9 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
                 let content =
                     result.unwrap_or_else(|| "No output was provided for this call.".into());
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            }
+            if !images.is_empty() {
+                messages.push(json!({"role": "user", "content": images}));
             }
             reasoning.pending = None;
             continue;
@@ -306,6 +317,46 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
         index += 1;
     }
     messages
+}
+
+/// The content parts that show the model the images a server call returned: a line naming
+/// the call, then each image. Chat completions takes text only in a `tool` message, and
+/// images in a `user` message after the turn's tool messages, which every compatible server
+/// accepts there; the tool message already holds a placeholder per image. An image of a type
+/// chat completions does not take (PNG, JPEG, WEBP and GIF only, per OpenAI's vision guide)
+/// is left to its placeholder rather than have the provider refuse the whole request.
+fn call_images(call_id: &str, name: &str, call: &McpCall) -> Vec<Value> {
+    let urls: Vec<&str> = call
+        .image_urls()
+        .into_iter()
+        .filter(|url| model_takes_image(url))
+        .collect();
+    if urls.is_empty() {
+        return Vec::new();
+    }
+    let text = match urls.len() {
+        1 => format!("The image returned by call {call_id} ({name}):"),
+        n => format!("The {n} images returned by call {call_id} ({name}):"),
+    };
+    let mut parts = vec![json!({"type": "text", "text": text})];
+    parts.extend(
+        urls.into_iter()
+            .map(|url| json!({"type": "image_url", "image_url": {"url": url}})),
+    );
+    parts
+}
+
+/// Whether chat completions takes the image at `url`: a `data:` URL of one of the types it
+/// reads, or a URL it fetches itself.
+fn model_takes_image(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("data:") else {
+        return true;
+    };
+    let mime = rest.split([';', ',']).next().unwrap_or_default();
+    matches!(
+        mime.to_ascii_lowercase().as_str(),
+        "image/png" | "image/jpeg" | "image/jpg" | "image/webp" | "image/gif"
+    )
 }
 
 /// One item that is not a call as a chat message, if the model is shown it.
@@ -844,6 +895,58 @@ mod tests {
         );
         assert_eq!(body["max_tokens"], json!(50));
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn images_of_a_turns_calls_follow_its_tool_messages_where_the_provider_takes_them() {
+        let call = |id: &str, images: &[&str]| {
+            let content: Vec<Value> = images
+                .iter()
+                .map(|url| json!({"type": "input_image", "image_url": url, "detail": "auto"}))
+                .collect();
+            Entry::Item(Item::McpCall(McpCall {
+                id: id.into(),
+                server_label: "s".into(),
+                name: "chart".into(),
+                arguments: "{}".into(),
+                output: Some("[image: …]".into()),
+                error: None,
+                status: None,
+                approval_request_id: None,
+                data: Some(json!({ "content": content })),
+            }))
+        };
+        let request = ModelRequest {
+            model: "m".into(),
+            items: vec![
+                Entry::Item(user("draw")),
+                call("mcp_1", &["data:image/png;base64,AAAA"]),
+                call("mcp_2", &["data:image/svg+xml;base64,AAAA"]),
+                call("mcp_3", &[]),
+            ],
+            ..ModelRequest::default()
+        };
+        let mut dialect = Dialect::of(crate::config::Profile::Openai);
+        let body = chat_request_body(&request, &dialect);
+        let roles: Vec<&Value> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| &m["role"])
+            .collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "tool", "tool", "user"]);
+        // The SVG, which chat completions does not read, is left to its placeholder.
+        assert_eq!(
+            body["messages"][5]["content"],
+            json!([
+                {"type": "text", "text": "The image returned by call mcp_1 (chart):"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+            ])
+        );
+        dialect.images = false;
+        let body = chat_request_body(&request, &dialect);
+        assert_eq!(body["messages"].as_array().map(Vec::len), Some(5));
+        assert!(!body.to_string().contains("image_url"), "{body}");
     }
 
     #[test]

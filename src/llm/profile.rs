@@ -24,6 +24,9 @@ pub struct Dialect {
     pub auth: Auth,
     /// Azure's `api-version` query parameter.
     pub api_version: Option<String>,
+    /// Its models are shown the images tools return (`image_url` parts of a user message);
+    /// otherwise only the placeholder text in the tool message.
+    pub images: bool,
 }
 
 /// How the request's `reasoning.effort` is passed on.
@@ -57,6 +60,7 @@ impl Dialect {
             send_back_field: "reasoning_content",
             auth: Auth::Bearer,
             api_version: None,
+            images: true,
         };
         match profile {
             // OpenAI: "max_tokens is now deprecated in favor of max_completion_tokens, and is
@@ -77,7 +81,12 @@ impl Dialect {
             // `reasoning_content`; "for turns that do perform tool calls, the reasoning_content
             // must be fully passed back to the API in all subsequent requests" (else a 400),
             // while that of other turns "will be ignored".
-            Profile::Deepseek => dialect.send_back = SendBack::ToolCalls,
+            // Its chat API takes text content only (api-docs.deepseek.com, Create Chat
+            // Completion: a user message's content is a string): no images.
+            Profile::Deepseek => {
+                dialect.send_back = SendBack::ToolCalls;
+                dialect.images = false;
+            }
             // vLLM's reasoning parsers fill `reasoning` (`reasoning_content`, its old name, is
             // no longer read back: docs.vllm.ai features/reasoning_outputs); Ollama's OpenAI
             // compatibility reads and writes `reasoning` (ollama openai/openai.go). The chat
@@ -124,6 +133,9 @@ impl Dialect {
             dialect.send_back = send_back;
         }
         dialect.api_version = provider.api_version.clone();
+        if let Some(images) = provider.images {
+            dialect.images = images;
+        }
         dialect
     }
 

@@ -419,12 +419,28 @@ pub struct McpCall {
     #[serde(default)]
     pub approval_request_id: Option<String>,
     /// Extension: structured data the tool returned for clients, besides the text the model
-    /// sees.
+    /// sees; the images it returned are `input_image` parts of `data.content` (SPEC §5), and
+    /// the model is shown them from there, in this run and in any that continues it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
 }
 
 impl McpCall {
+    /// The URLs (`data:` URLs, as the service writes them) of the images the call returned.
+    pub fn image_urls(&self) -> Vec<&str> {
+        let parts = self
+            .data
+            .as_ref()
+            .and_then(|data| data.get("content"))
+            .and_then(Value::as_array);
+        parts
+            .into_iter()
+            .flatten()
+            .filter(|part| part.get("type").and_then(Value::as_str) == Some("input_image"))
+            .filter_map(|part| part.get("image_url").and_then(Value::as_str))
+            .collect()
+    }
+
     /// The text the model sees as the call's result.
     pub fn result_text(&self) -> String {
         match (&self.error, &self.output) {

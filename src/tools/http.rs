@@ -1,6 +1,6 @@
 //! HTTP tool servers: tools declared in the configuration, each backed by an HTTP endpoint.
-//! The arguments are sent as the JSON body; a 2xx reply body is the result, any other status
-//! is a tool error carrying it.
+//! The arguments are sent as the JSON body; a 2xx reply body is the result (an `image/*` one an
+//! image of the result, its text a placeholder), any other status is a tool error carrying it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,8 +8,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use base64::Engine as _;
+
 use super::{
-    ToolContext, ToolErrorKind, ToolHandler, ToolKind, ToolOptions, ToolOutput, ToolResult,
+    ToolContext, ToolErrorKind, ToolHandler, ToolImage, ToolKind, ToolOptions, ToolOutput,
+    ToolResult,
 };
 use crate::config::{HttpToolConfig, expand_env};
 
@@ -109,8 +112,9 @@ impl ToolHandler for HttpTool {
             }
         };
         let status = response.status();
-        let body = match read_limited(response, REPLY_LIMIT).await {
-            Ok((body, _)) => String::from_utf8_lossy(&body).into_owned(),
+        let image_type = image_type(&response).filter(|_| status.is_success());
+        let (body, truncated) = match read_limited(response, REPLY_LIMIT).await {
+            Ok(read) => read,
             Err(e) => {
                 return ToolResult::failure(
                     ToolErrorKind::Transport {
@@ -123,6 +127,10 @@ impl ToolHandler for HttpTool {
                 );
             }
         };
+        if let Some(mime_type) = image_type {
+            return image_result(mime_type, &body, truncated);
+        }
+        let body = String::from_utf8_lossy(&body).into_owned();
         if !status.is_success() {
             return ToolResult::failure(
                 ToolErrorKind::Transport {
@@ -139,6 +147,35 @@ impl ToolHandler for HttpTool {
             Ok(data) => ToolResult::ok_with_data(body, data),
             Err(_) => ToolResult::ok(body),
         }
+    }
+}
+
+/// The media type of an `image/*` reply (`image/png; …` → `image/png`).
+fn image_type(response: &reqwest::Response) -> Option<String> {
+    let value = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)?
+        .to_str()
+        .ok()?;
+    let media = value.split(';').next()?.trim().to_ascii_lowercase();
+    media.starts_with("image/").then_some(media)
+}
+
+/// An image reply as the result's image; one cut at the reply limit would be a broken image,
+/// so it is left out and the text says so.
+fn image_result(mime_type: String, body: &[u8], truncated: bool) -> ToolResult {
+    if truncated {
+        return ToolResult::ok(format!(
+            "[image: {mime_type}, over {REPLY_LIMIT} bytes: left out, a tool's reply may take {REPLY_LIMIT} bytes]"
+        ));
+    }
+    let image = ToolImage {
+        mime_type,
+        base64: base64::engine::general_purpose::STANDARD.encode(body),
+    };
+    ToolResult {
+        images: vec![image.clone()],
+        ..ToolResult::ok(image.placeholder())
     }
 }
 

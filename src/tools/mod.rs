@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// Whether the chat API takes `name` for a function: 1 to 64 letters, digits, `_` or `-`.
@@ -109,17 +109,57 @@ impl ToolErrorKind {
     }
 }
 
-/// The result of a call: text for the model, optional structured data for clients.
+/// An image a tool returned (an MCP `image` block, an HTTP tool's `image/*` reply), kept as
+/// the tool sent it: base64 of its bytes. The model is shown it after the call's tool message
+/// where its provider takes images, and the client gets it as an `input_image` part of the
+/// call's `data` (SPEC §5, `mcp_call`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolImage {
+    pub mime_type: String,
+    pub base64: String,
+}
+
+impl ToolImage {
+    /// The image as a `data:` URL, the form both chat completions and `input_image` take.
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.mime_type, self.base64)
+    }
+
+    /// Its size once decoded, without decoding it.
+    pub fn bytes(&self) -> usize {
+        decoded_len(&self.base64)
+    }
+
+    /// The text the model reads in the call's tool message in its place.
+    pub fn placeholder(&self) -> String {
+        format!("[image: {}, {} bytes]", self.mime_type, self.bytes())
+    }
+}
+
+/// The size of base64-encoded data once decoded, without decoding it.
+pub fn decoded_len(base64: &str) -> usize {
+    let trimmed = base64.trim_end_matches('=');
+    let digits = trimmed.bytes().filter(|b| !b.is_ascii_whitespace()).count();
+    digits * 3 / 4
+}
+
+/// The result of a call: text for the model, optional structured data and images for
+/// clients (the images reach the model too, where its provider takes them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolResult {
+    /// What the model reads in the call's tool message (an image has a placeholder here).
     pub text: String,
     pub data: Option<Value>,
+    pub images: Vec<ToolImage>,
     pub error: Option<ToolErrorKind>,
 }
 
 impl ToolResult {
     /// Cuts a text longer than `max` bytes (at a character boundary), saying so at its end;
-    /// structured data that large is left out.
+    /// structured data that large is left out. Images share the same limit, counted by their
+    /// decoded size all together: they are kept in order while they fit, and each one left
+    /// out is named at the end of the text, so that neither the model nor the client is left
+    /// to guess why a placeholder has no image.
     pub fn cut_to(&mut self, max: usize) {
         if self.text.len() > max {
             let mut end = max;
@@ -138,12 +178,60 @@ impl ToolResult {
         {
             self.data = None;
         }
+        let mut total = 0;
+        let mut notes = String::new();
+        self.images.retain(|image| {
+            total += image.bytes();
+            let fits = total <= max;
+            if !fits {
+                total -= image.bytes();
+                notes.push_str(&format!(
+                    "\n[{} left out: a tool's images may take {max} bytes in all]",
+                    image.placeholder().trim_matches(['[', ']'])
+                ));
+            }
+            fits
+        });
+        self.text.push_str(&notes);
+    }
+
+    /// The call's `data` for clients: the tool's data, and its images as `input_image` parts
+    /// first in a `content` list. Data that is already such a list (`{"content": [...]}`, the
+    /// media an MCP result described) takes the images before its parts; any other data goes
+    /// under `structured_content` beside the list, so that no key of the tool's own is
+    /// overwritten.
+    pub fn client_data(&self) -> Option<Value> {
+        if self.images.is_empty() {
+            return self.data.clone();
+        }
+        let images = self.images.iter().map(
+            |image| json!({"type": "input_image", "image_url": image.data_url(), "detail": "auto"}),
+        );
+        let mut object = Map::new();
+        let mut content: Vec<Value> = images.collect();
+        match self.data.clone() {
+            None => {}
+            Some(Value::Object(mut described))
+                if described.get("content").is_some_and(Value::is_array) =>
+            {
+                if let Some(Value::Array(parts)) = described.remove("content") {
+                    content.extend(parts);
+                }
+                object = described;
+            }
+            Some(other) => {
+                object.insert("structured_content".into(), other);
+            }
+        }
+        object.insert("content".into(), Value::Array(content));
+        Some(Value::Object(object))
     }
 
     pub fn ok(text: impl Into<String>) -> ToolResult {
         ToolResult {
             text: text.into(),
             data: None,
+            images: Vec::new(),
             error: None,
         }
     }
@@ -152,6 +240,7 @@ impl ToolResult {
         ToolResult {
             text: text.into(),
             data: Some(data),
+            images: Vec::new(),
             error: None,
         }
     }
@@ -165,6 +254,7 @@ impl ToolResult {
         ToolResult {
             text: message.into(),
             data: None,
+            images: Vec::new(),
             error: Some(kind),
         }
     }
@@ -196,4 +286,47 @@ pub trait ToolHandler: Send + Sync + 'static {
     }
     /// Runs one call. `arguments` already match [`ToolHandler::parameters`].
     async fn call(&self, context: ToolContext, arguments: Value, output: ToolOutput) -> ToolResult;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(bytes: usize) -> ToolImage {
+        ToolImage {
+            mime_type: "image/png".into(),
+            base64: "AAAA".repeat(bytes / 3),
+        }
+    }
+
+    #[test]
+    fn images_over_the_output_limit_are_left_out_and_the_text_says_so() {
+        let mut result = ToolResult {
+            images: vec![image(600), image(600), image(300)],
+            ..ToolResult::ok("[image: image/png, 600 bytes] ×2, 300")
+        };
+        result.cut_to(1000);
+        assert_eq!(result.images, [image(600), image(300)]);
+        assert!(
+            result.text.ends_with(
+                "\n[image: image/png, 600 bytes left out: a tool's images may take 1000 bytes in all]"
+            ),
+            "{}",
+            result.text
+        );
+    }
+
+    #[test]
+    fn a_tools_images_come_first_in_the_data_and_other_data_beside_them() {
+        let mut result = ToolResult::ok_with_data("x", json!([1, 2]));
+        assert_eq!(result.client_data(), Some(json!([1, 2])));
+        result.images.push(image(3));
+        assert_eq!(
+            result.client_data(),
+            Some(json!({
+                "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "auto"}],
+                "structured_content": [1, 2]
+            }))
+        );
+    }
 }

@@ -626,7 +626,8 @@ pub(super) fn call_item(call: &ServerCall, result: &ToolResult) -> McpCall {
         output,
         error,
         status: Some(status),
-        data: result.data.clone(),
+        // `output` stays a string (SDKs type it so): the images are parts of `data`.
+        data: result.client_data(),
         ..running_item(call)
     }
 }

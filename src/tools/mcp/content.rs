@@ -1,12 +1,18 @@
 //! What an MCP `tools/call` result becomes: text content joined as the call's text,
-//! `structuredContent` as its data, images and audio as a short placeholder (the model is not
-//! sent megabytes of base64) with their type and size in the data, embedded resources as their
-//! text (or their URI and type), and `isError` as a failure the tool reports.
+//! `structuredContent` as its data, images as the result's images (with a short placeholder in
+//! the text: the tool message is text only, and the images reach the model after it, where
+//! its provider takes images), audio as a placeholder with its type and size in the data,
+//! embedded resources as their text (or their URI and type), and `isError` as a failure the
+//! tool reports.
+//!
+//! With images, the data is `{"content": [described media…], "structured_content": …}` (each
+//! only when there is some), so that [`ToolResult::client_data`] puts the images first in that
+//! list without touching a key of the structured content.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::tools::ToolResult;
+use crate::tools::{ToolErrorKind, ToolImage, ToolResult, decoded_len};
 
 /// The parts of a `CallToolResult` the service uses, read from its JSON so that content
 /// types a newer server sends are shown as unknown instead of failing the call.
@@ -21,10 +27,12 @@ pub struct CallResult {
     is_error: Option<bool>,
 }
 
-/// A content block as the model reads it, and, for media, what the client is told of it.
+/// A content block as the model reads it, and, for media, what the client is told of it
+/// (or the image itself).
 struct Shown {
     text: String,
     described: Option<Value>,
+    image: Option<ToolImage>,
 }
 
 impl CallResult {
@@ -35,30 +43,40 @@ impl CallResult {
             .map(|s| s.text.as_str())
             .collect::<Vec<_>>()
             .join("\n");
-        let described: Vec<Value> = shown.into_iter().filter_map(|s| s.described).collect();
+        let mut described = Vec::new();
+        let mut images = Vec::new();
+        for s in shown {
+            described.extend(s.described);
+            images.extend(s.image);
+        }
         if text.is_empty()
             && let Some(structured) = &self.structured_content
         {
             // A server that sends only structured content: the model reads it as JSON.
             text = structured.to_string();
         }
-        let data = match (self.structured_content, described.is_empty()) {
-            (Some(structured), _) => Some(structured),
-            (None, false) => Some(json!({ "content": described })),
-            (None, true) => None,
-        };
-        if self.is_error == Some(true) {
-            if text.is_empty() {
-                text = "The tool reported an error without a message.".into();
+        let data = if images.is_empty() {
+            // Structured content wins: the media it leaves out are still named in the text.
+            match (self.structured_content, described.is_empty()) {
+                (Some(structured), _) => Some(structured),
+                (None, false) => Some(json!({ "content": described })),
+                (None, true) => None,
             }
-            let mut result = ToolResult::error(text);
-            result.data = data;
-            return result;
+        } else {
+            let mut data = json!({ "content": described });
+            if let Some(structured) = self.structured_content {
+                data["structured_content"] = structured;
+            }
+            Some(data)
+        };
+        if self.is_error == Some(true) && text.is_empty() {
+            text = "The tool reported an error without a message.".into();
         }
         ToolResult {
             text,
             data,
-            error: None,
+            images,
+            error: (self.is_error == Some(true)).then_some(ToolErrorKind::Tool),
         }
     }
 }
@@ -68,15 +86,30 @@ fn show(block: &Value) -> Shown {
     let plain = |text: String| Shown {
         text,
         described: None,
+        image: None,
     };
     match field("type").unwrap_or_default() {
         "text" => plain(field("text").unwrap_or_default().to_string()),
-        kind @ ("image" | "audio") => {
+        "image" => {
+            let image = ToolImage {
+                mime_type: field("mimeType")
+                    .unwrap_or("application/octet-stream")
+                    .to_string(),
+                base64: field("data").unwrap_or_default().to_string(),
+            };
+            Shown {
+                text: image.placeholder(),
+                described: None,
+                image: Some(image),
+            }
+        }
+        "audio" => {
             let mime_type = field("mimeType").unwrap_or("application/octet-stream");
             let bytes = decoded_len(field("data").unwrap_or_default());
             Shown {
-                text: format!("[{kind}: {mime_type}, {bytes} bytes]"),
-                described: Some(json!({"type": kind, "mime_type": mime_type, "bytes": bytes})),
+                text: format!("[audio: {mime_type}, {bytes} bytes]"),
+                described: Some(json!({"type": "audio", "mime_type": mime_type, "bytes": bytes})),
+                image: None,
             }
         }
         "resource" => {
@@ -99,6 +132,7 @@ fn show(block: &Value) -> Shown {
                         described: Some(
                             json!({"type": "resource", "uri": uri, "mime_type": mime, "bytes": bytes}),
                         ),
+                        image: None,
                     }
                 }
             }
@@ -121,26 +155,20 @@ fn show(block: &Value) -> Shown {
             Shown {
                 text,
                 described: Some(Value::Object(described)),
+                image: None,
             }
         }
         other => Shown {
             text: format!("[content of type {other:?} is not shown]"),
             described: Some(json!({"type": other})),
+            image: None,
         },
     }
-}
-
-/// The size of base64-encoded data once decoded, without decoding it.
-fn decoded_len(base64: &str) -> usize {
-    let trimmed = base64.trim_end_matches('=');
-    let digits = trimmed.bytes().filter(|b| !b.is_ascii_whitespace()).count();
-    digits * 3 / 4
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolErrorKind;
 
     fn result(value: Value) -> ToolResult {
         serde_json::from_value::<CallResult>(value)
@@ -160,14 +188,57 @@ mod tests {
     }
 
     #[test]
-    fn an_image_is_a_placeholder_with_its_type_and_size_not_its_bytes() {
-        let r = result(json!({
-            "content": [{"type": "image", "mimeType": "image/png", "data": "AAAAAA=="}]
-        }));
-        assert_eq!(r.text, "[image: image/png, 4 bytes]");
+    fn an_image_is_one_of_the_results_images_and_a_placeholder_in_its_text() {
+        let r = result(json!({"content": [
+            {"type": "text", "text": "Here it is:"},
+            {"type": "image", "mimeType": "image/png", "data": "AAAAAA=="}
+        ]}));
+        assert_eq!(r.text, "Here it is:\n[image: image/png, 4 bytes]");
         assert_eq!(
-            r.data,
-            Some(json!({"content": [{"type": "image", "mime_type": "image/png", "bytes": 4}]}))
+            r.images,
+            [ToolImage {
+                mime_type: "image/png".into(),
+                base64: "AAAAAA==".into()
+            }]
+        );
+        assert_eq!(
+            r.client_data(),
+            Some(json!({"content": [
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAAAA==", "detail": "auto"}
+            ]}))
+        );
+    }
+
+    #[test]
+    fn audio_stays_a_placeholder_described_after_the_images() {
+        let r = result(json!({"content": [
+            {"type": "audio", "mimeType": "audio/wav", "data": "AAAA"},
+            {"type": "image", "mimeType": "image/jpeg", "data": "AAAA"}
+        ]}));
+        assert_eq!(
+            r.text,
+            "[audio: audio/wav, 3 bytes]\n[image: image/jpeg, 3 bytes]"
+        );
+        let data = r.client_data().unwrap();
+        assert_eq!(data["content"][0]["type"], "input_image");
+        assert_eq!(
+            data["content"][1],
+            json!({"type": "audio", "mime_type": "audio/wav", "bytes": 3})
+        );
+    }
+
+    #[test]
+    fn structured_content_beside_an_image_keeps_its_own_keys() {
+        let r = result(json!({
+            "content": [{"type": "image", "mimeType": "image/png", "data": "AAAA"}],
+            "structuredContent": {"content": "a key of the tool's own"}
+        }));
+        let data = r.client_data().unwrap();
+        assert_eq!(data["content"].as_array().unwrap().len(), 1);
+        assert_eq!(data["content"][0]["type"], "input_image");
+        assert_eq!(
+            data["structured_content"],
+            json!({"content": "a key of the tool's own"})
         );
     }
 
