@@ -416,7 +416,8 @@ async fn progress_notifications_are_streamed_as_the_calls_output() {
 }
 
 #[tokio::test]
-async fn structured_content_is_the_calls_data_an_image_a_placeholder_and_a_resource_its_text() {
+async fn structured_content_is_the_calls_data_an_image_reaches_client_and_model_and_a_resource_its_text()
+ {
     let db = Database::postgres_or_sqlite().await;
     let app = TestApp::builder()
         .database(&db.url)
@@ -468,15 +469,36 @@ async fn structured_content_is_the_calls_data_an_image_a_placeholder_and_a_resou
     let image = call_named(&items, "get-tiny-image");
     let shown = image["output"].as_str().unwrap();
     assert!(shown.contains("[image: image/png, "), "{shown}");
-    assert!(shown.len() < 1000, "no base64 for the model: {shown}");
-    let described = image["data"]["content"]
+    assert!(shown.len() < 1000, "no base64 in the tool message: {shown}");
+    // The client gets the image itself, as an input_image part of the call's data.
+    let part = &image["data"]["content"][0];
+    assert_eq!(part["type"], "input_image", "{part}");
+    assert_eq!(part["detail"], "auto");
+    let url = part["image_url"].as_str().unwrap();
+    assert!(
+        url.starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{url}"
+    );
+    // The model gets it after the turn's tool messages, in a user message naming the call.
+    let messages = app.llm.requests()[1]["messages"]
         .as_array()
         .unwrap()
+        .clone();
+    let roles: Vec<&str> = messages
         .iter()
-        .find(|c| c["type"] == "image")
-        .unwrap();
-    assert_eq!(described["mime_type"], "image/png");
-    assert!(described["bytes"].as_u64().unwrap() > 1000, "{described}");
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool", "tool", "user"]);
+    let shown_images = &messages[5]["content"];
+    let call_id = image["id"].as_str().unwrap();
+    assert_eq!(
+        shown_images[0]["text"],
+        format!("The image returned by call {call_id} (get-tiny-image):")
+    );
+    assert_eq!(
+        shown_images[1],
+        json!({"type": "image_url", "image_url": {"url": url}})
+    );
     let resource = call_named(&items, "get-resource-reference");
     let text = resource["output"].as_str().unwrap();
     assert!(text.contains("Resource 1"), "{text}");

@@ -840,6 +840,135 @@ async fn an_http_tool_server_answers_fails_and_times_out_as_tool_results() {
     assert_eq!(sse.last().data["response"]["status"], "completed");
 }
 
+/// The bytes a chart endpoint answers with (a PNG's signature is enough for the service,
+/// which passes images on without reading them).
+const CHART: &[u8] = b"\x89PNG\r\n\x1a\n a tiny chart";
+
+/// An HTTP tool server with one tool, `get_chart`, answering `image/png`.
+async fn chart_app(images: Option<bool>, db: &Database) -> TestApp {
+    let router = axum::Router::new().route(
+        "/chart",
+        post(|| async { ([("content-type", "image/png; foo=bar")], CHART) }),
+    );
+    let endpoint = serve(router).await;
+    TestApp::builder()
+        .database(&db.url)
+        .config(move |c| {
+            c.llm.provider.images = images;
+            with_server(
+                c,
+                "charts",
+                vec![http_tool("get_chart", format!("{endpoint}/chart"), None)],
+            )
+        })
+        .start()
+        .await
+}
+
+fn chart_url() -> String {
+    use base64::Engine as _;
+    let base64 = base64::engine::general_purpose::STANDARD.encode(CHART);
+    format!("data:image/png;base64,{base64}")
+}
+
+/// The content parts of the user messages of an upstream request that show images.
+fn image_messages(request: &Value) -> Vec<Value> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" && m["content"].is_array())
+        .map(|m| m["content"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_http_tools_image_reaches_the_model_after_its_tool_message_and_again_in_a_continuation()
+{
+    let db = Database::postgres_or_sqlite().await;
+    let app = chart_app(None, &db).await;
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "get_chart",
+        r#"{"city": "Oslo"}"#,
+    ));
+    app.llm.push(Turn::text("A rising line."));
+    app.llm.push(Turn::text("Still rising."));
+
+    let tools = json!([{"type": "mcp", "server_label": "charts", "require_approval": "never"}]);
+    let (status, first) = app.post("/v1/responses", &run_with(tools.clone())).await;
+
+    assert_eq!(status, 200, "{first}");
+    let call = first["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap()
+        .clone();
+    let placeholder = format!("[image: image/png, {} bytes]", CHART.len());
+    assert_eq!(call["output"], placeholder.as_str());
+    assert_eq!(
+        call["data"],
+        json!({"content": [{"type": "input_image", "image_url": chart_url(), "detail": "auto"}]})
+    );
+    let second = &app.llm.requests()[1];
+    let messages = second["messages"].as_array().unwrap();
+    let call_id = call["id"].as_str().unwrap();
+    assert_eq!(
+        messages[2],
+        json!({"role": "tool", "tool_call_id": call_id, "content": placeholder})
+    );
+    let shown = json!([
+        {"type": "text", "text": format!("The image returned by call {call_id} (get_chart):")},
+        {"type": "image_url", "image_url": {"url": chart_url()}}
+    ]);
+    assert_eq!(messages[3], json!({"role": "user", "content": shown}));
+    assert_eq!(messages.len(), 4);
+
+    // Stored, read back and continued: the model is shown the image again.
+    let (_, stored) = app
+        .get(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(stored["output"], first["output"]);
+    let (status, next) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "and now?", "tools": tools,
+                    "previous_response_id": first["id"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{next}");
+    assert_eq!(image_messages(&app.llm.requests()[2]), [shown]);
+}
+
+#[tokio::test]
+async fn a_provider_that_takes_no_images_is_shown_only_the_placeholder() {
+    let db = Database::postgres_or_sqlite().await;
+    let app = chart_app(Some(false), &db).await;
+    app.llm.push(Turn::tool_call("call_1", "get_chart", "{}"));
+    app.llm.push(Turn::text("I cannot see it."));
+
+    let tools = json!([{"type": "mcp", "server_label": "charts", "require_approval": "never"}]);
+    let sse = app.stream(&run_with(tools)).await;
+
+    assert_eq!(sse.last().data["response"]["status"], "completed");
+    let call = done_items(&sse)
+        .into_iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap();
+    // The client still gets the image ...
+    assert_eq!(call["data"]["content"][0]["image_url"], chart_url());
+    // ... the model only its placeholder.
+    let second = &app.llm.requests()[1];
+    assert!(image_messages(second).is_empty(), "{second}");
+    assert!(!second.to_string().contains("image_url"), "{second}");
+    assert_eq!(
+        second["messages"].as_array().unwrap().last().unwrap()["content"],
+        format!("[image: image/png, {} bytes]", CHART.len())
+    );
+}
+
 #[tokio::test]
 async fn fetch_url_refuses_a_loopback_address_by_default() {
     let endpoint = tool_endpoint().await;
