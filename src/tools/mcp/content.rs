@@ -81,15 +81,28 @@ impl CallResult {
     }
 }
 
+impl Shown {
+    fn plain(text: String) -> Shown {
+        Shown {
+            text,
+            described: None,
+            image: None,
+        }
+    }
+
+    fn described(text: String, described: Value) -> Shown {
+        Shown {
+            text,
+            described: Some(described),
+            image: None,
+        }
+    }
+}
+
 fn show(block: &Value) -> Shown {
     let field = |name: &str| block.get(name).and_then(Value::as_str);
-    let plain = |text: String| Shown {
-        text,
-        described: None,
-        image: None,
-    };
     match field("type").unwrap_or_default() {
-        "text" => plain(field("text").unwrap_or_default().to_string()),
+        "text" => Shown::plain(field("text").unwrap_or_default().to_string()),
         "image" => {
             let image = ToolImage {
                 mime_type: field("mimeType")
@@ -106,37 +119,12 @@ fn show(block: &Value) -> Shown {
         "audio" => {
             let mime_type = field("mimeType").unwrap_or("application/octet-stream");
             let bytes = decoded_len(field("data").unwrap_or_default());
-            Shown {
-                text: format!("[audio: {mime_type}, {bytes} bytes]"),
-                described: Some(json!({"type": "audio", "mime_type": mime_type, "bytes": bytes})),
-                image: None,
-            }
+            Shown::described(
+                format!("[audio: {mime_type}, {bytes} bytes]"),
+                json!({"type": "audio", "mime_type": mime_type, "bytes": bytes}),
+            )
         }
-        "resource" => {
-            let resource = block.get("resource").cloned().unwrap_or_default();
-            let get = |name: &str| {
-                resource
-                    .get(name)
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            };
-            let uri = get("uri").unwrap_or_default();
-            let mime_type = get("mimeType");
-            match (get("text"), get("blob")) {
-                (Some(text), _) => plain(text),
-                (None, blob) => {
-                    let bytes = decoded_len(blob.as_deref().unwrap_or_default());
-                    let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
-                    Shown {
-                        text: format!("[resource {uri}: {mime}, {bytes} bytes]"),
-                        described: Some(
-                            json!({"type": "resource", "uri": uri, "mime_type": mime, "bytes": bytes}),
-                        ),
-                        image: None,
-                    }
-                }
-            }
-        }
+        "resource" => show_resource(block.get("resource").cloned().unwrap_or_default()),
         "resource_link" => {
             let uri = field("uri").unwrap_or_default();
             let mut described = Map::new();
@@ -152,17 +140,34 @@ fn show(block: &Value) -> Shown {
                 described.insert("mime_type".into(), json!(mime));
             }
             text.push(']');
-            Shown {
-                text,
-                described: Some(Value::Object(described)),
-                image: None,
-            }
+            Shown::described(text, Value::Object(described))
         }
-        other => Shown {
-            text: format!("[content of type {other:?} is not shown]"),
-            described: Some(json!({"type": other})),
-            image: None,
-        },
+        other => Shown::described(
+            format!("[content of type {other:?} is not shown]"),
+            json!({"type": other}),
+        ),
+    }
+}
+
+/// An embedded resource: its text, or its URI, type and size.
+fn show_resource(resource: Value) -> Shown {
+    let get = |name: &str| {
+        resource
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let uri = get("uri").unwrap_or_default();
+    match (get("text"), get("blob")) {
+        (Some(text), _) => Shown::plain(text),
+        (None, blob) => {
+            let bytes = decoded_len(blob.as_deref().unwrap_or_default());
+            let mime = get("mimeType").unwrap_or_else(|| "application/octet-stream".into());
+            Shown::described(
+                format!("[resource {uri}: {mime}, {bytes} bytes]"),
+                json!({"type": "resource", "uri": uri, "mime_type": mime, "bytes": bytes}),
+            )
+        }
     }
 }
 
