@@ -11,7 +11,7 @@ use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::profile::{Auth, Dialect, EffortField};
+use super::profile::{Dialect, EffortField};
 use super::sse::SseDecoder;
 use super::think::ThinkSplitter;
 use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelStream};
@@ -73,13 +73,8 @@ impl LlmClient for ChatCompletionsClient {
             Some(url) => Cow::Borrowed(url.as_str()),
             None => Cow::Owned(self.dialect.url(&self.base_url, &request.model)),
         };
-        let mut call = self.http.post(url.as_ref()).json(&body);
-        if let Some(key) = &self.api_key {
-            call = match self.dialect.auth {
-                Auth::Bearer => call.bearer_auth(key.expose()),
-                Auth::ApiKeyHeader => call.header("api-key", key.expose()),
-            };
-        }
+        let call = self.http.post(url.as_ref()).json(&body);
+        let call = self.dialect.authorize(call, self.api_key.as_ref());
         let response = tokio::time::timeout(self.first_byte_timeout, call.send())
             .await
             .map_err(|_| LlmError::Timeout {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::profile::{Auth, Dialect};
+use super::profile::Dialect;
 use crate::config::{Profile, ResolvedProvider};
 
 /// How long a provider gets to answer its probe.
@@ -184,17 +184,13 @@ pub async fn probe(provider: &ResolvedProvider) -> Probe {
 /// `…/openai/models?api-version=…` (learn.microsoft.com/rest/api/azureopenai/models/list),
 /// by base model rather than by deployment; any other base URL at `{base_url}/models`.
 fn models_url(base_url: &str, dialect: &Dialect) -> (String, bool) {
-    let (mut url, names_models) = match base_url.split_once("/deployments/") {
+    let (url, names_models) = match base_url.split_once("/deployments/") {
         Some((resource, _)) if dialect.profile == Profile::Azure => {
             (format!("{resource}/models"), false)
         }
         _ => (format!("{base_url}/models"), true),
     };
-    if let Some(version) = &dialect.api_version {
-        url.push_str("?api-version=");
-        url.push_str(version);
-    }
-    (url, names_models)
+    (dialect.versioned(url), names_models)
 }
 
 async fn ask(provider: &ResolvedProvider, dialect: &Dialect, url: &str) -> Outcome {
@@ -208,13 +204,7 @@ async fn ask(provider: &ResolvedProvider, dialect: &Dialect, url: &str) -> Outco
         Ok(client) => client,
         Err(e) => return Outcome::Unreachable(e.to_string()),
     };
-    let mut request = client.get(url);
-    if let Some(key) = &provider.api_key {
-        request = match dialect.auth {
-            Auth::Bearer => request.bearer_auth(key.expose()),
-            Auth::ApiKeyHeader => request.header("api-key", key.expose()),
-        };
-    }
+    let request = dialect.authorize(client.get(url), provider.api_key.as_ref());
     let response = match request.send().await {
         Ok(response) => response,
         Err(e) if e.is_timeout() => return Outcome::Timeout,

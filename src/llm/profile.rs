@@ -6,7 +6,7 @@
 //! where it is decided; `fake-llm`'s personas refuse what the providers refuse, so a test fails
 //! where a real provider would.
 
-use crate::config::{Profile, ReasoningFormat, ResolvedProvider, SendBack};
+use crate::config::{Profile, ReasoningFormat, ResolvedProvider, Secret, SendBack};
 
 /// How requests to one provider are written and its replies read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,12 +155,32 @@ impl Dialect {
     /// The chat-completions URL of `model` at `base_url`: Azure's deployment URLs may name the
     /// model with `{model}`, and take the `api-version` parameter.
     pub fn url(&self, base_url: &str, model: &str) -> String {
-        let mut url = format!("{}/chat/completions", base_url.replace("{model}", model));
+        self.versioned(format!(
+            "{}/chat/completions",
+            base_url.replace("{model}", model)
+        ))
+    }
+
+    /// `url` with the `api-version` parameter, where the provider takes one (Azure).
+    pub fn versioned(&self, mut url: String) -> String {
         if let Some(version) = &self.api_version {
             url.push_str("?api-version=");
             url.push_str(version);
         }
         url
+    }
+
+    /// `request` carrying the provider's key the way it expects it, if it has one.
+    pub fn authorize(
+        &self,
+        request: reqwest::RequestBuilder,
+        key: Option<&Secret>,
+    ) -> reqwest::RequestBuilder {
+        match (key, self.auth) {
+            (None, _) => request,
+            (Some(key), Auth::Bearer) => request.bearer_auth(key.expose()),
+            (Some(key), Auth::ApiKeyHeader) => request.header("api-key", key.expose()),
+        }
     }
 }
 
