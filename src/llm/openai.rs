@@ -298,7 +298,6 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
             if !images.is_empty() {
                 messages.push(json!({"role": "user", "content": images}));
             }
-            reasoning.pending = None;
             continue;
         }
         if let Item::Reasoning(item) = item {
@@ -410,8 +409,11 @@ impl SentBack {
     }
 
     fn keep(&mut self, index: usize, item: &crate::protocol::items::Reasoning) {
+        if index < self.from {
+            return;
+        }
         let text = item.text();
-        if index >= self.from && !text.is_empty() {
+        if !text.is_empty() {
             self.pending.get_or_insert_default().push_str(&text);
         }
     }
@@ -546,7 +548,7 @@ fn decode_chunks(
                     state.done = true;
                     let tail: Vec<String> = state.decoder.finish().into_iter().collect();
                     for payload in tail {
-                        state.reader.parse(&payload, &mut state.pending);
+                        parse_payload(&payload, &mut state.pending, &mut state.reader);
                     }
                     if !state.reader.finished {
                         state.pending.push_back(Err(LlmError::Protocol(
@@ -568,7 +570,7 @@ fn decode_chunks(
                     state.done = true;
                     break;
                 }
-                state.reader.parse(&payload, &mut state.pending);
+                parse_payload(&payload, &mut state.pending, &mut state.reader);
             }
         }
     })
@@ -714,11 +716,6 @@ impl Reader {
             format,
             think: (format == ReasoningFormat::ThinkTags).then(ThinkSplitter::default),
         }
-    }
-
-    /// One chunk → events.
-    fn parse(&mut self, payload: &str, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
-        parse_payload(payload, out, self);
     }
 
     /// A delta's reasoning: `reasoning_content` or `reasoning`, never both (vLLM sent both
