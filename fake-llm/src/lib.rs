@@ -545,7 +545,7 @@ async fn chat_completions(
         return response;
     }
 
-    let stream = async_stream(steps, model, shared.persona.reasoning());
+    let stream = async_stream(steps, model, shared.persona);
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .body(Body::from_stream(stream))
@@ -649,8 +649,9 @@ fn last_user_text(request: &Value) -> String {
 fn async_stream(
     steps: VecDeque<Step>,
     model: String,
-    reasoning: ReasoningForm,
+    persona: Persona,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let reasoning = persona.reasoning();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         let chunk = |delta: Value, finish: Option<&str>| {
@@ -661,6 +662,7 @@ fn async_stream(
             })
         };
         let mut first = true;
+        let mut first_call = true;
         // Inside a `<think>` block (ReasoningForm::ThinkTags).
         let mut thinking = false;
         for step in steps {
@@ -717,11 +719,15 @@ fn async_stream(
                     id,
                     name,
                     arguments,
-                } => chunk(
-                    json!({"tool_calls": [{"index": index, "id": id, "type": "function",
-                        "function": {"name": name, "arguments": arguments}}]}),
-                    None,
-                ),
+                } => {
+                    let mut call = json!({"index": index, "id": id, "type": "function",
+                        "function": {"name": name, "arguments": arguments}});
+                    if let Some(signature) = persona.call_signature(&model, first_call, &name) {
+                        call["extra_content"] = json!({"google": {"thought_signature": signature}});
+                    }
+                    first_call = false;
+                    chunk(json!({"tool_calls": [call]}), None)
+                }
                 Step::ToolArgs { index, arguments } => chunk(
                     json!({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}),
                     None,

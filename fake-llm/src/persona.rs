@@ -116,9 +116,76 @@ impl Persona {
             Persona::Openai => openai_refusal(request),
             Persona::Azure => azure_refusal(request, seen),
             Persona::Deepseek => deepseek_refusal(request),
+            Persona::Gemini => gemini_refusal(request),
             _ => None,
         }
     }
+
+    /// The signature the provider puts on a streamed tool call, if it signs this one: Gemini 3
+    /// signs the first function call of each response (`extra_content.google.thought_signature`,
+    /// ai.google.dev/gemini-api/docs/thought-signatures).
+    pub fn call_signature(self, model: &str, first: bool, name: &str) -> Option<String> {
+        (self == Persona::Gemini && gemini_signs(model) && first).then(|| gemini_signature(name))
+    }
+}
+
+/// Gemini 3 models sign their function calls and check the signatures.
+fn gemini_signs(model: &str) -> bool {
+    model.trim_start_matches("models/").starts_with("gemini-3")
+}
+
+/// The fake's thought signature of a call to `name` (a real one is an opaque base64 blob of
+/// the model's thoughts; the call's id is the client's to choose, so it does not depend on it).
+fn gemini_signature(name: &str) -> String {
+    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("CiQB{hex}+/w==")
+}
+
+/// Google's stand-in for a signature that is not known, which skips the check.
+const GEMINI_STAND_IN: &str = "skip_thought_signature_validator";
+
+/// Gemini 3 "enforces strict validation on the current turn": the first function call of each
+/// step since the last user message must carry the signature it was given, else a 400
+/// (ai.google.dev/gemini-api/docs/thought-signatures). The bodies are the ones the API answers,
+/// a list holding one error, as Gemini's OpenAI-compatible endpoint answers errors.
+fn gemini_refusal(request: &Value) -> Option<(u16, Value)> {
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+    if !gemini_signs(model) {
+        return None;
+    }
+    let messages = request.get("messages")?.as_array()?;
+    let turn = messages
+        .iter()
+        .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map_or(0, |i| i + 1);
+    for (position, message) in messages.iter().enumerate().skip(turn) {
+        let Some(first) = message.pointer("/tool_calls/0") else {
+            continue;
+        };
+        let name = first.pointer("/function/name").and_then(Value::as_str);
+        let message = match first
+            .pointer("/extra_content/google/thought_signature")
+            .and_then(Value::as_str)
+        {
+            None => format!(
+                "Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:{}` , position {}. please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.",
+                name.unwrap_or_default(),
+                position + 1
+            ),
+            Some(signature)
+                if signature != GEMINI_STAND_IN
+                    && Some(signature) != name.map(gemini_signature).as_deref() =>
+            {
+                "Corrupted thought signature.".to_string()
+            }
+            Some(_) => continue,
+        };
+        return Some((
+            400,
+            json!([{"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}]),
+        ));
+    }
+    None
 }
 
 /// OpenAI's error body (platform.openai.com/docs/guides/error-codes).

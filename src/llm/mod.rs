@@ -11,6 +11,7 @@ pub mod profile;
 mod refusal;
 pub mod resilient;
 mod router;
+pub mod signature;
 pub mod sse;
 mod think;
 
@@ -70,6 +71,8 @@ pub enum ModelEvent {
         id: Option<String>,
         name: Option<String>,
         arguments: String,
+        /// The provider's signature of the call, to be sent back with it ([`signature`]).
+        signature: Option<String>,
     },
     Usage(Usage),
     Finish(FinishReason),

@@ -11,7 +11,7 @@ use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::profile::{Dialect, EffortField};
+use super::profile::{Dialect, EffortField, Signatures};
 use super::sse::SseDecoder;
 use super::think::ThinkSplitter;
 use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelStream};
@@ -257,6 +257,7 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
         messages.push(json!({"role": "system", "content": instructions}));
     }
     let mut reasoning = SentBack::new(dialect, entries);
+    let signatures = call_signatures(dialect, entries);
     let call_at = |index: usize| {
         entries
             .get(index)
@@ -284,8 +285,12 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
                     }
                     _ => client_outputs.get(id.as_str()).cloned(),
                 };
-                calls.push(json!({"id": id, "type": "function",
-                                  "function": {"name": name, "arguments": arguments}}));
+                let mut call = json!({"id": id, "type": "function",
+                                      "function": {"name": name, "arguments": arguments}});
+                if let Some(signature) = signatures.get(id.as_str()) {
+                    call["extra_content"] = json!({"google": {"thought_signature": signature}});
+                }
+                calls.push(call);
                 results.push((id, result));
                 index += 1;
             }
@@ -310,7 +315,47 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
         }
         index += 1;
     }
+    if dialect.signatures == Signatures::Required {
+        stand_in_signatures(&mut messages);
+    }
     messages
+}
+
+/// The signatures of the request's calls, by call id, where the dialect sends them back.
+fn call_signatures(dialect: &Dialect, entries: &[Entry]) -> HashMap<String, String> {
+    if dialect.signatures == Signatures::Dropped {
+        return HashMap::new();
+    }
+    entries
+        .iter()
+        .filter_map(Entry::item)
+        .filter_map(|item| match item {
+            Item::Reasoning(r) => r.encrypted_content.as_deref(),
+            _ => None,
+        })
+        .filter_map(super::signature::decode)
+        .collect()
+}
+
+/// Gemini refuses a request whose current turn (everything after the last user message) has a
+/// step whose first call carries no signature. A history a client replayed without its
+/// reasoning items lost them: such a call gets Google's documented stand-in instead.
+fn stand_in_signatures(messages: &mut [Value]) {
+    let turn = messages
+        .iter()
+        .rposition(|m| m["role"] == "user")
+        .map_or(0, |i| i + 1);
+    for message in &mut messages[turn..] {
+        if let Some(first) = message
+            .get_mut("tool_calls")
+            .and_then(|calls| calls.get_mut(0))
+            && first.get("extra_content").is_none()
+        {
+            tracing::debug!(call = %first["id"], "a call of the current turn has no thought signature; the stand-in is sent");
+            first["extra_content"] =
+                json!({"google": {"thought_signature": super::signature::UNKNOWN}});
+        }
+    }
 }
 
 /// The content parts that show the model the images a server call returned: a line naming
@@ -616,6 +661,9 @@ struct ToolCallChunk<'a> {
     id: Text<'a>,
     #[serde(default, borrow)]
     function: Option<FunctionChunk<'a>>,
+    /// Gemini's `{"google": {"thought_signature": …}}` ([`super::signature`]).
+    #[serde(default)]
+    extra_content: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -785,11 +833,18 @@ fn parse_payload(
                     Some(f) => (f.name.into_string(), f.arguments.into_string()),
                     None => (None, None),
                 };
+                let signature = call
+                    .extra_content
+                    .as_ref()
+                    .and_then(|extra| extra.pointer("/google/thought_signature"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 out.push_back(Ok(ModelEvent::ToolCallDelta {
                     index: call.index.unwrap_or(position as u32),
                     id: call.id.into_string(),
                     name,
                     arguments: arguments.unwrap_or_default(),
+                    signature,
                 }));
             }
         }

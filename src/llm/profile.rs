@@ -27,6 +27,19 @@ pub struct Dialect {
     /// Its models are shown the images tools return (`image_url` parts of a user message);
     /// otherwise only the placeholder text in the tool message.
     pub images: bool,
+    pub signatures: Signatures,
+}
+
+/// What becomes of the signatures a provider puts on tool calls ([`super::signature`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signatures {
+    /// Not sent: the provider makes none, and might refuse the field.
+    Dropped,
+    /// Sent back on their calls (`extra_content`) where they are known.
+    SentBack,
+    /// Sent back, and the first call of each step of the current turn carries one even when
+    /// it is not known (Google's documented stand-in), since a missing one is refused.
+    Required,
 }
 
 /// How the request's `reasoning.effort` is passed on.
@@ -61,6 +74,7 @@ impl Dialect {
             auth: Auth::Bearer,
             api_version: None,
             images: true,
+            signatures: Signatures::Dropped,
         };
         match profile {
             // OpenAI: "max_tokens is now deprecated in favor of max_completion_tokens, and is
@@ -111,11 +125,16 @@ impl Dialect {
                 dialect.send_back = SendBack::TurnLoop;
             }
             // An unknown server: reasoning in whichever form it comes, and nothing it might
-            // refuse sent back.
-            Profile::Generic => dialect.reasoning_format = ReasoningFormat::ThinkTags,
+            // refuse sent back (call signatures only come from a server that takes them).
+            Profile::Generic => {
+                dialect.reasoning_format = ReasoningFormat::ThinkTags;
+                dialect.signatures = Signatures::SentBack;
+            }
             // Gemini's OpenAI compatibility: `max_tokens`, `reasoning_effort`; thoughts only
-            // when asked through `extra_body`, as `<thought>` text (not read here).
-            Profile::Gemini => {}
+            // when asked through `extra_body`, as `<thought>` text (not read here). Gemini 3
+            // signs function calls and refuses a turn whose calls lost their signatures
+            // (ai.google.dev/gemini-api/docs/thought-signatures).
+            Profile::Gemini => dialect.signatures = Signatures::Required,
             // Anthropic's OpenAI SDK compatibility: `max_tokens` (also
             // `max_completion_tokens`); thinking is not returned in this API.
             Profile::Anthropic => dialect.reasoning_format = ReasoningFormat::None,

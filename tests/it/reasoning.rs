@@ -245,7 +245,7 @@ fn model_of(profile: Profile) -> &'static str {
     match profile {
         Profile::Openai | Profile::Azure => "gpt-5-mini",
         Profile::Deepseek => "deepseek-reasoner",
-        Profile::Gemini => "gemini-2.5-flash",
+        Profile::Gemini => "gemini-3-flash-preview",
         Profile::Anthropic => "claude-sonnet-4-5",
         _ => "qwen3-8b",
     }
@@ -342,8 +342,19 @@ async fn every_profile_runs_two_server_tool_turns_and_a_pause_as_its_provider_ac
             .iter()
             .map(|item| item["type"].as_str().unwrap())
             .collect();
-        let expected: &[&str] = match reasons {
-            true => &[
+        let expected: &[&str] = match (reasons, profile == Profile::Gemini) {
+            // Gemini shows no reasoning, but signs each step's first call.
+            (false, true) => &[
+                "mcp_list_tools",
+                "reasoning",
+                "mcp_call",
+                "reasoning",
+                "mcp_call",
+                "reasoning",
+                "function_call",
+                "message",
+            ],
+            (true, _) => &[
                 "mcp_list_tools",
                 "reasoning",
                 "mcp_call",
@@ -354,7 +365,7 @@ async fn every_profile_runs_two_server_tool_turns_and_a_pause_as_its_provider_ac
                 "reasoning",
                 "message",
             ],
-            false => &[
+            (false, false) => &[
                 "mcp_list_tools",
                 "mcp_call",
                 "mcp_call",
@@ -407,6 +418,22 @@ fn check_requests(profile: Profile, requests: &[Value], seen: &[fake_llm::Seen])
         .filter(|m| m["role"] == "assistant")
         .collect();
     assert_eq!(called.len(), 3, "{name}: {last}");
+    for (message, call) in called
+        .iter()
+        .zip(["current_time", "current_time", "get_weather"])
+    {
+        let signature = &message["tool_calls"][0]["extra_content"]["google"]["thought_signature"];
+        match profile {
+            Profile::Gemini => assert_eq!(
+                signature.as_str(),
+                Persona::Gemini
+                    .call_signature(model_of(profile), true, call)
+                    .as_deref(),
+                "{name}: the signature the call was given: {message}"
+            ),
+            _ => assert!(message["tool_calls"][0].get("extra_content").is_none()),
+        }
+    }
     for (message, thought) in called.iter().zip(["Time first.", "Again.", "Weather."]) {
         let fields = ["reasoning", "reasoning_content"].map(|f| message.get(f).is_some());
         match sent_back_field(profile) {
@@ -486,4 +513,94 @@ async fn a_sealed_blob_that_does_not_open_is_dropped_and_the_run_goes_on() {
         assert_eq!(assistant["role"], "assistant");
         assert!(assistant.get("reasoning").is_none(), "{assistant}");
     }
+}
+
+/// A Gemini 3 exchange whose history the client replays: the first request pauses on a
+/// signed client call; the second gives its output back with the history as `keep` leaves it.
+/// Returns the second request's status and body, and the assistant message sent upstream.
+async fn gemini_replay(profile: Profile, keep: fn(&Value) -> bool) -> (u16, Value, Value) {
+    let llm = FakeLlm::start_as(Persona::Gemini).await.unwrap();
+    llm.push(Turn::tool_call(
+        "call_w",
+        "get_weather",
+        r#"{"city":"Paris"}"#,
+    ));
+    llm.push(Turn::text("Sunny."));
+    let addr = llm.addr();
+    let app = TestApp::builder()
+        .config(move |c| {
+            provider_for(c, profile, addr);
+            c.llm.provider.models = vec!["gemini-3-flash-preview".into()];
+        })
+        .upstream(llm)
+        .start()
+        .await;
+    let tools = json!([{"type": "function", "name": "get_weather",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let user = json!({"type": "message", "role": "user", "content": "Weather in Paris?"});
+    let first = app
+        .stream(&json!({"model": "gemini-3-flash-preview", "input": [user], "tools": tools}))
+        .await;
+    let output = first.last().data["response"]["output"].clone();
+    let kinds: Vec<&str> = output
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["reasoning", "function_call"], "{output}");
+    let signature = output[0]["encrypted_content"].as_str().unwrap();
+    assert!(signature.starts_with("sig1."), "{signature}");
+    let mut input = vec![user];
+    input.extend(
+        output
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| keep(i))
+            .cloned(),
+    );
+    input.push(json!({"type": "function_call_output", "call_id": "call_w", "output": "Sunny"}));
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gemini-3-flash-preview", "input": input, "tools": tools}),
+        )
+        .await;
+    let requests = app.llm.requests();
+    let sent = requests.last().unwrap()["messages"][1].clone();
+    (status, body, sent)
+}
+
+#[tokio::test]
+async fn a_gemini_call_signature_is_a_reasoning_item_that_goes_back_with_its_call() {
+    let signed = Persona::Gemini.call_signature("gemini-3-flash-preview", true, "get_weather");
+    let (status, body, sent) = gemini_replay(Profile::Gemini, |_| true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"][0]["content"][0]["text"], "Sunny.");
+    assert_eq!(
+        sent["tool_calls"][0]["extra_content"]["google"]["thought_signature"].as_str(),
+        signed.as_deref(),
+        "{sent}"
+    );
+}
+
+#[tokio::test]
+async fn a_replayed_gemini_call_without_its_signature_gets_googles_stand_in() {
+    let call_only = |item: &Value| item["type"] != "reasoning";
+    let (status, body, sent) = gemini_replay(Profile::Gemini, call_only).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        sent["tool_calls"][0]["extra_content"]["google"]["thought_signature"],
+        "skip_thought_signature_validator",
+        "{sent}"
+    );
+    // A server not known to require them is not sent one: Gemini's refusal reaches the client.
+    let (status, body, _) = gemini_replay(Profile::Generic, call_only).await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("): Function call is missing a thought_signature"),
+        "{message}"
+    );
 }

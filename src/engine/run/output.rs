@@ -275,6 +275,22 @@ impl Output {
         self.done(output_index, Item::Reasoning(item)).await;
     }
 
+    /// A reasoning item holding the provider's signature of call `call_id`
+    /// ([`crate::llm::signature`]): no text, shown whole before the calls it signs.
+    pub async fn call_signature(&mut self, call_id: &str, signature: &str) {
+        let mut reasoning = Reasoning {
+            id: ids::new(ids::REASONING),
+            summary: Vec::new(),
+            content: None,
+            encrypted_content: Some(crate::llm::signature::encode(call_id, signature)),
+            status: Some(ItemStatus::InProgress),
+        };
+        let output_index = self.push(Item::Reasoning(reasoning.clone()));
+        self.added(output_index).await;
+        reasoning.status = Some(ItemStatus::Completed);
+        self.done(output_index, Item::Reasoning(reasoning)).await;
+    }
+
     /// A whole assistant message from known text pieces (the output of a `return_direct`
     /// tool), streamed as deltas.
     pub async fn text_message(&mut self, deltas: Vec<String>) {

@@ -28,6 +28,9 @@ pub(super) struct StreamingCall {
     arguments: String,
     /// A client call streams live as its `function_call` item.
     live: Option<LiveCall>,
+    /// The id of its `mcp_call` item, if it is chosen before the call is complete (a server
+    /// call's signature names the item: the model is shown the call under that id).
+    item_id: Option<String>,
 }
 
 /// A client call made after a server call of the same turn: its item waits until the server
@@ -61,6 +64,18 @@ pub(super) struct Turn {
     /// A start of this turn was saved: every later start is saved too, so that a crash
     /// finds the turn either not recorded (asked again) or with every call it started.
     recorded: bool,
+    /// Call signatures not shown yet, as `(call_id, signature)`: each is shown as soon as no
+    /// call item is open, before the calls that follow.
+    signatures: Vec<(String, String)>,
+}
+
+/// One chunk of a tool call ([`ModelEvent::ToolCallDelta`]).
+struct CallDelta {
+    index: u32,
+    id: Option<String>,
+    name: Option<String>,
+    arguments: String,
+    signature: Option<String>,
 }
 
 /// Calls by their index: chunks of several calls may interleave.
@@ -93,6 +108,7 @@ impl RunTask {
             deferred: Vec::new(),
             starting: Vec::new(),
             recorded: false,
+            signatures: Vec::new(),
         };
         let mut open = Streaming::default();
         loop {
@@ -131,13 +147,21 @@ impl RunTask {
                     id,
                     name,
                     arguments,
+                    signature,
                 }) => {
                     self.first_token();
                     if open.message.is_some() || open.reasoning.is_some() {
                         Box::pin(self.close_text(&mut open, ItemStatus::Completed)).await;
                     }
                     let calls = &mut open.calls;
-                    Box::pin(self.call_delta(calls, &mut turn, index, id, name, arguments)).await;
+                    let delta = CallDelta {
+                        index,
+                        id,
+                        name,
+                        arguments,
+                        signature,
+                    };
+                    Box::pin(self.call_delta(calls, &mut turn, delta)).await;
                 }
                 Ok(ModelEvent::Usage(usage)) => self.model.usage.add(&usage),
                 Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
@@ -253,26 +277,38 @@ impl RunTask {
         }
     }
 
-    /// A chunk of tool call `index`.
-    async fn call_delta(
-        &mut self,
-        calls: &mut Calls,
-        turn: &mut Turn,
-        index: u32,
-        id: Option<String>,
-        name: Option<String>,
-        arguments: String,
-    ) {
+    /// A chunk of a tool call.
+    async fn call_delta(&mut self, calls: &mut Calls, turn: &mut Turn, delta: CallDelta) {
+        let CallDelta {
+            index,
+            id,
+            name,
+            arguments,
+            signature,
+        } = delta;
         let call = calls.entry(index).or_insert_with(|| StreamingCall {
             call_id: id.unwrap_or_else(|| ids::new(ids::CALL)),
             name: String::new(),
             arguments: String::new(),
             live: None,
+            item_id: None,
         });
         if call.name.is_empty()
             && let Some(name) = name
         {
             call.name = name;
+        }
+        if let Some(signature) = signature {
+            // The id the model will be shown the call under: its own for a client call, its
+            // item's for a server call.
+            let shown_as = match self.client_kind(&call.name) {
+                Some(_) => call.call_id.clone(),
+                None => call
+                    .item_id
+                    .get_or_insert_with(|| ids::new(ids::MCP_CALL))
+                    .clone(),
+            };
+            turn.signatures.push((shown_as, signature));
         }
         call.arguments.push_str(&arguments);
         if let Some(live) = call.live.clone()
@@ -288,6 +324,9 @@ impl RunTask {
     /// function call streams live as its `function_call` item while no other item is open.
     async fn settle_calls(&mut self, calls: &mut Calls, streaming: Option<u32>, turn: &mut Turn) {
         let live = live_index(calls);
+        if live.is_none() {
+            self.show_signatures(turn).await;
+        }
         let complete: Vec<u32> = calls
             .iter()
             .filter(|(index, call)| {
@@ -334,10 +373,18 @@ impl RunTask {
         {
             self.finish_call(call, turn).await;
         }
+        self.show_signatures(turn).await;
         while let Some((_, call)) = calls.pop_first() {
             self.finish_call(call, turn).await;
         }
         self.start_saved(turn).await;
+    }
+
+    /// Shows the call signatures received so far (no call item may be open).
+    async fn show_signatures(&mut self, turn: &mut Turn) {
+        for (call_id, signature) in std::mem::take(&mut turn.signatures) {
+            self.out.call_signature(&call_id, &signature).await;
+        }
     }
 
     /// A call's arguments are complete: a client call's item is closed (or emitted whole); a
@@ -455,7 +502,10 @@ impl RunTask {
                 _ => Default::default(),
             },
             approval_request_id: None,
-            item_id: ids::new(ids::MCP_CALL),
+            item_id: call
+                .item_id
+                .clone()
+                .unwrap_or_else(|| ids::new(ids::MCP_CALL)),
         }
     }
 
