@@ -274,12 +274,42 @@ fn azure_refusal(request: &Value, seen: &Seen) -> Option<(u16, Value)> {
     openai_refusal(request)
 }
 
+/// DeepSeek's chat API takes text only (api-docs.deepseek.com, Create Chat Completion: content
+/// parts of type `text`): a message with any other part (an image) is refused while its body
+/// is read, with this body (as the API answers it, e.g. reported in rikkahub/rikkahub#1433).
+fn deepseek_text_only(request: &Value) -> Option<(u16, Value)> {
+    let messages = request.get("messages")?.as_array()?;
+    let (index, kind) = messages.iter().enumerate().find_map(|(index, message)| {
+        let parts = message.get("content")?.as_array()?;
+        let kind = parts
+            .iter()
+            .filter_map(|p| p.get("type").and_then(Value::as_str))
+            .find(|kind| *kind != "text")?;
+        Some((index, kind))
+    })?;
+    let column = request
+        .to_string()
+        .find(&format!("\"{kind}\""))
+        .unwrap_or(0)
+        + 1;
+    let message = format!(
+        "Failed to deserialize the JSON body into the target type: messages[{index}]: unknown variant `{kind}`, expected `text` at line 1 column {column}"
+    );
+    Some((
+        400,
+        json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": "invalid_request_error"}}),
+    ))
+}
+
 /// DeepSeek's thinking mode (`deepseek-reasoner`, or `thinking: {"type": "enabled"}`):
 /// "for turns that do perform tool calls, the reasoning_content must be fully passed back to
 /// the API in all subsequent requests. If your code does not correctly pass back
 /// reasoning_content, the API will return a 400 error" (api-docs.deepseek.com/guides/
 /// thinking_mode); the body is the one the API answers (V4 wording).
 fn deepseek_refusal(request: &Value) -> Option<(u16, Value)> {
+    if let Some(refusal) = deepseek_text_only(request) {
+        return Some(refusal);
+    }
     let model = request.get("model").and_then(Value::as_str).unwrap_or("");
     let thinking = model == "deepseek-reasoner"
         || request.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled");

@@ -16,7 +16,7 @@ use super::sse::SseDecoder;
 use super::think::ThinkSplitter;
 use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelStream};
 use crate::config::{LlmConfig, ReasoningFormat, ResolvedProvider, Secret, SendBack};
-use crate::protocol::items::{ContentPart, Item, McpCall, Role};
+use crate::protocol::items::{ContentPart, Item, Role};
 use crate::protocol::response::{InputTokensDetails, OutputTokensDetails, Usage};
 use crate::protocol::transcript::Entry;
 
@@ -247,6 +247,10 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
     let entries = &request.items;
     let items = || entries.iter().filter_map(Entry::item);
     let client_outputs: HashMap<&str, String> = items().filter_map(Item::as_output).collect();
+    let client_images: HashMap<&str, Vec<&str>> = items()
+        .filter_map(Item::output_images)
+        .filter(|(_, urls)| !urls.is_empty())
+        .collect();
     // Outputs are placed right after their call, wherever the client put them.
     let called: HashSet<String> = items()
         .filter_map(Item::as_call)
@@ -279,11 +283,18 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
                 let result = match &entries[index] {
                     Entry::Item(Item::McpCall(c)) => {
                         if dialect.images {
-                            images.extend(call_images(&id, &name, c));
+                            images.extend(call_images(&id, &name, c.image_urls()));
                         }
                         Some(c.result_text())
                     }
-                    _ => client_outputs.get(id.as_str()).cloned(),
+                    _ => {
+                        if dialect.images
+                            && let Some(urls) = client_images.get(id.as_str())
+                        {
+                            images.extend(call_images(&id, &name, urls.clone()));
+                        }
+                        client_outputs.get(id.as_str()).cloned()
+                    }
                 };
                 let mut call = json!({"id": id, "type": "function",
                                       "function": {"name": name, "arguments": arguments}});
@@ -358,15 +369,15 @@ fn stand_in_signatures(messages: &mut [Value]) {
     }
 }
 
-/// The content parts that show the model the images a server call returned: a line naming
-/// the call, then each image. Chat completions takes text only in a `tool` message, and
-/// images in a `user` message after the turn's tool messages, which every compatible server
-/// accepts there; the tool message already holds a placeholder per image. An image of a type
-/// chat completions does not take (PNG, JPEG, WEBP and GIF only, per OpenAI's vision guide)
-/// is left to its placeholder rather than have the provider refuse the whole request.
-fn call_images(call_id: &str, name: &str, call: &McpCall) -> Vec<Value> {
-    let urls: Vec<&str> = call
-        .image_urls()
+/// The content parts that show the model the images a call returned (a server call's, or a
+/// client's output): a line naming the call, then each image. Chat completions takes text
+/// only in a `tool` message, and images in a `user` message after the turn's tool messages,
+/// which every compatible server accepts there; the tool message already holds a placeholder
+/// per image. An image of a type chat completions does not take (PNG, JPEG, WEBP and GIF only,
+/// per OpenAI's vision guide) is left to its placeholder rather than have the provider refuse
+/// the whole request.
+fn call_images(call_id: &str, name: &str, urls: Vec<&str>) -> Vec<Value> {
+    let urls: Vec<&str> = urls
         .into_iter()
         .filter(|url| model_takes_image(url))
         .collect();

@@ -91,6 +91,17 @@ impl Item {
         }
     }
 
+    /// The images of a client's output for a call, as `(call id, URLs)`.
+    pub fn output_images(&self) -> Option<(&str, Vec<&str>)> {
+        match self {
+            Item::FunctionCallOutput(o) => Some((&o.call_id, o.output.image_urls())),
+            Item::CustomToolCallOutput(o) | Item::LocalShellCallOutput(o) => {
+                Some((&o.call_id, o.output.image_urls()))
+            }
+            _ => None,
+        }
+    }
+
     /// The item's status slot.
     pub fn status_mut(&mut self) -> &mut Option<ItemStatus> {
         match self {
@@ -354,7 +365,8 @@ pub enum ToolOutput {
 }
 
 impl ToolOutput {
-    /// The output as text for a chat-completions `tool` message.
+    /// The output as text for a chat-completions `tool` message: an image is a placeholder
+    /// there (the model is shown images in a message of their own, [`ToolOutput::image_urls`]).
     pub fn as_text(&self) -> String {
         match self {
             ToolOutput::Text(text) => text.clone(),
@@ -363,10 +375,27 @@ impl ToolOutput {
                 .filter_map(|p| match p {
                     ContentPart::InputText { text } => Some(text.as_str()),
                     ContentPart::OutputText(t) => Some(t.text.as_str()),
+                    ContentPart::InputImage {
+                        image_url: Some(_), ..
+                    } => Some("[image]"),
                     _ => None,
                 })
                 .collect::<Vec<_>>()
                 .join("\n"),
+        }
+    }
+
+    /// The URLs (or `data:` URLs) of the images in the output.
+    pub fn image_urls(&self) -> Vec<&str> {
+        match self {
+            ToolOutput::Text(_) => Vec::new(),
+            ToolOutput::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::InputImage { image_url, .. } => image_url.as_deref(),
+                    _ => None,
+                })
+                .collect(),
         }
     }
 }

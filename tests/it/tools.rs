@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use axum::Json;
 use axum::routing::post;
 use serde_json::{Value, json};
-use switchyard::config::{Config, HttpToolConfig, ToolErrorPolicy, ToolServerConfig};
+use switchyard::config::{Config, HttpToolConfig, Profile, ToolErrorPolicy, ToolServerConfig};
 use switchyard::tools::{ToolContext, ToolHandler, ToolOptions, ToolOutput, ToolResult};
 
 use crate::support::{
@@ -1159,4 +1159,69 @@ async fn calls_of_consecutive_turns_reach_the_model_as_separate_assistant_messag
         .map(|m| m["role"].as_str().unwrap())
         .collect();
     assert_eq!(roles, ["user", "assistant", "tool", "assistant", "tool"]);
+}
+
+/// A client function whose output holds an image, answered on a `profile` provider played
+/// by its persona (`images` as configured): the status and body of the answer, and the
+/// request that carried the output upstream.
+async fn image_output_on(profile: Profile, images: Option<bool>) -> (u16, Value, Value) {
+    let persona = fake_llm::Persona::parse(profile.name()).unwrap();
+    let llm = crate::support::FakeLlm::start_as(persona).await.unwrap();
+    llm.push(Turn::tool_call("call_1", "snapshot", "{}"));
+    llm.push(Turn::text("A cat."));
+    let app = TestApp::builder()
+        .config(move |c| {
+            c.llm.provider.profile = Some(profile);
+            c.llm.provider.images = images;
+        })
+        .upstream(llm)
+        .start()
+        .await;
+    let tools = json!([{"type": "function", "name": "snapshot",
+                        "parameters": {"type": "object", "properties": {}}}]);
+    let (status, paused) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": "What is on the camera?", "tools": tools}),
+        )
+        .await;
+    assert_eq!(status, 200, "{paused}");
+    let output = json!([{"type": "input_text", "text": "The camera shows:"},
+                        {"type": "input_image", "image_url": chart_url()}]);
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "previous_response_id": paused["id"], "tools": tools,
+                    "input": [{"type": "function_call_output", "call_id": "call_1", "output": output}]}),
+        )
+        .await;
+    let requests = app.llm.requests();
+    (status, body, requests.last().unwrap().clone())
+}
+
+#[tokio::test]
+async fn an_image_in_a_clients_function_output_reaches_a_model_that_takes_images() {
+    let (status, body, sent) = image_output_on(Profile::Generic, None).await;
+    assert_eq!(status, 200, "{body}");
+    let messages = sent["messages"].as_array().unwrap();
+    let tool = messages.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool["content"], "The camera shows:\n[image]");
+    let shown = json!([
+        {"type": "text", "text": "The image returned by call call_1 (snapshot):"},
+        {"type": "image_url", "image_url": {"url": chart_url()}}
+    ]);
+    assert_eq!(image_messages(&sent), [shown]);
+
+    // DeepSeek reads no images: its profile shows it the placeholder only, and its persona
+    // accepts that; told to send images anyway, the upstream's refusal reaches the client.
+    let (status, body, sent) = image_output_on(Profile::Deepseek, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(image_messages(&sent).is_empty(), "{sent}");
+    let (status, body, _) = image_output_on(Profile::Deepseek, Some(true)).await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("unknown variant `image_url`, expected `text`"),
+        "{message}"
+    );
 }
