@@ -189,7 +189,11 @@ impl Application {
         let mcp = McpServers::start(&config, registry.clone());
         // Each provider is asked for its model list, in the background too: a wrong base_url
         // or key is a warning in the log at start, not a surprise at the first request.
-        let probes = Probes::start(config.providers());
+        let probed = match config.llm.probe_at_start {
+            true => config.providers(),
+            false => Vec::new(),
+        };
+        let probes = Probes::start(probed);
         if let Some((ids, now)) = left.filter(|(ids, _)| !ids.is_empty()) {
             engine.recover_after_discovery(ids, now);
         }

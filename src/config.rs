@@ -287,6 +287,8 @@ pub struct LlmConfig {
     pub retries: u32,
     pub retry_initial_ms: u64,
     pub retry_max_ms: u64,
+    /// Each provider is asked for its model list at start ([`crate::llm::probe`]).
+    pub probe_at_start: bool,
 }
 
 /// `[llm]` as written: [`ProviderConfig`]'s keys (the same list, kept in step by a test) and
@@ -319,6 +321,7 @@ struct LlmSection {
     retries: u32,
     retry_initial_ms: u64,
     retry_max_ms: u64,
+    probe_at_start: bool,
 }
 
 impl From<LlmSection> for LlmConfig {
@@ -343,6 +346,7 @@ impl From<LlmSection> for LlmConfig {
             retries: section.retries,
             retry_initial_ms: section.retry_initial_ms,
             retry_max_ms: section.retry_max_ms,
+            probe_at_start: section.probe_at_start,
         }
     }
 }

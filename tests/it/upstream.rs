@@ -9,6 +9,8 @@
 //! provider notes (OpenAI error bodies as pasted in public issues, vLLM
 //! `vllm/entrypoints/openai/engine/protocol.py`, llama.cpp `tools/server/server-common.cpp`).
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use switchyard::config::{FallbackConfig, ProviderConfig};
 
@@ -631,4 +633,31 @@ async fn check_config_probe_prints_a_line_per_provider_and_fails_when_one_cannot
             outcome.stderr
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_probe_at_start_off_no_request_reaches_the_provider_before_a_run() {
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}/v1", upstream.local_addr().unwrap());
+    let started = |probe: &'static str| {
+        Binary::new()
+            .env("SWITCHYARD__LLM__BASE_URL", base_url.as_str())
+            .env("SWITCHYARD__LLM__PROBE_AT_START", probe)
+            .spawn()
+    };
+    let instance = started("false");
+    let ready = reqwest::get(instance.url("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert!(!connection(&upstream).await, "nothing was asked");
+    drop(instance);
+    // The same start with the default probes the provider at once.
+    let _instance = started("true");
+    assert!(connection(&upstream).await, "the probe came");
+}
+
+/// Whether a connection comes to `upstream` within 2 s.
+async fn connection(upstream: &tokio::net::TcpListener) -> bool {
+    tokio::time::timeout(Duration::from_secs(2), upstream.accept())
+        .await
+        .is_ok()
 }
