@@ -890,7 +890,7 @@ fn parse_payload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::items::{FunctionCall, FunctionCallOutput, Message, ToolOutput};
+    use crate::protocol::items::{FunctionCall, FunctionCallOutput, McpCall, Message, ToolOutput};
 
     fn user(text: &str) -> Item {
         Item::Message(Message {
@@ -900,6 +900,57 @@ mod tests {
             status: None,
             phase: None,
         })
+    }
+
+    #[test]
+    fn call_signatures_go_back_on_their_calls_and_gemini_gets_the_stand_in_for_a_lost_one() {
+        use crate::config::Profile;
+        use crate::protocol::items::Reasoning;
+        let call = |id: &str| {
+            Item::FunctionCall(FunctionCall {
+                id: format!("fc_{id}"),
+                call_id: id.into(),
+                name: "f".into(),
+                arguments: "{}".into(),
+                status: None,
+                namespace: None,
+            })
+        };
+        let output = |id: &str| {
+            Item::FunctionCallOutput(FunctionCallOutput {
+                id: format!("fco_{id}"),
+                call_id: id.into(),
+                output: ToolOutput::Text("ok".into()),
+                status: None,
+            })
+        };
+        let signed = Item::Reasoning(Reasoning {
+            id: "rs_1".into(),
+            summary: Vec::new(),
+            content: None,
+            encrypted_content: Some(super::super::signature::encode("a", "SIG+/=")),
+            status: None,
+        });
+        // Step one signed (its reasoning item kept), step two's signature lost by the client.
+        let items = [user("hi"), signed, call("a"), output("a"), call("b"), output("b")];
+        let request = ModelRequest {
+            model: "m".into(),
+            items: items.into_iter().map(Entry::Item).collect(),
+            ..ModelRequest::default()
+        };
+        let signatures = |profile: Profile| -> Vec<Value> {
+            chat_messages(&request, &Dialect::of(profile))
+                .iter()
+                .filter_map(|m| m.get("tool_calls"))
+                .map(|calls| calls[0]["extra_content"]["google"]["thought_signature"].clone())
+                .collect()
+        };
+        assert_eq!(
+            signatures(Profile::Gemini),
+            [json!("SIG+/="), json!("skip_thought_signature_validator")]
+        );
+        assert_eq!(signatures(Profile::Generic), [json!("SIG+/="), Value::Null]);
+        assert_eq!(signatures(Profile::Openai), [Value::Null, Value::Null]);
     }
 
     #[test]
