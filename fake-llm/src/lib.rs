@@ -665,7 +665,22 @@ fn async_stream(
         let mut first_call = true;
         // Inside a `<think>` block (ReasoningForm::ThinkTags).
         let mut thinking = false;
+        // The reasoning block streamed so far, which OpenRouter signs when it ends.
+        let mut block = String::new();
         for step in steps {
+            if !block.is_empty() && !matches!(step, Step::Reasoning { .. } | Step::Delay { .. }) {
+                let signature = persona.block_signature(&std::mem::take(&mut block));
+                let detail = json!([{"type": "reasoning.text", "signature": signature,
+                                     "format": "anthropic-claude-v1", "index": 0}]);
+                let data = chunk(json!({"reasoning_details": detail}), None);
+                if tx
+                    .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
             if thinking && !matches!(step, Step::Reasoning { .. } | Step::Delay { .. }) {
                 thinking = false;
                 let close = match step {
@@ -706,6 +721,12 @@ fn async_stream(
                     chunk(delta, None)
                 }
                 Step::Reasoning { text } => match reasoning {
+                    ReasoningForm::Field(field) if persona == Persona::Openrouter => {
+                        block.push_str(&text);
+                        let detail = json!([{"type": "reasoning.text", "text": text,
+                                             "format": "anthropic-claude-v1", "index": 0}]);
+                        chunk(json!({ field: text, "reasoning_details": detail }), None)
+                    }
                     ReasoningForm::Field(field) => chunk(json!({ field: text }), None),
                     ReasoningForm::ThinkTags => {
                         let opening = if thinking { "" } else { "<think>" };

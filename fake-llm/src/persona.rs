@@ -121,6 +121,14 @@ impl Persona {
         }
     }
 
+    /// The signature OpenRouter gives a reasoning block of an Anthropic model once it is
+    /// streamed (a `reasoning_details` fragment with the block's `index` and its `signature`,
+    /// openrouter.ai/docs "Reasoning Tokens"); a real one is an opaque base64 blob.
+    pub fn block_signature(self, text: &str) -> String {
+        let hex: String = text.bytes().take(12).map(|b| format!("{b:02x}")).collect();
+        format!("EqQB{hex}")
+    }
+
     /// The signature the provider puts on a streamed tool call, if it signs this one: Gemini 3
     /// signs the first function call of each response (`extra_content.google.thought_signature`,
     /// ai.google.dev/gemini-api/docs/thought-signatures).

@@ -530,8 +530,8 @@ pub(super) fn announced<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'
 
 /// The context with the reasoning a client gave back sealed (`encrypted_content`) opened, so
 /// that the model may be shown it again; a blob that does not open (another deployment's key,
-/// another provider's blob) is dropped with a warning, and the run goes on without it. A call
-/// signature's blob is not sealed, and stays as it is.
+/// another provider's blob) is dropped with a warning, and the run goes on without it. Provider
+/// state (`crate::llm::opaque`) is not sealed, and stays as it is.
 fn open_sealed(seal: &ReasoningSeal, tenant: &str, mut context: Vec<Entry>) -> Vec<Entry> {
     for entry in &mut context {
         let Entry::Item(Item::Reasoning(reasoning)) = entry else {
@@ -540,7 +540,7 @@ fn open_sealed(seal: &ReasoningSeal, tenant: &str, mut context: Vec<Entry>) -> V
         let Some(blob) = reasoning.encrypted_content.as_deref() else {
             continue;
         };
-        if !reasoning.text().is_empty() || crate::llm::signature::is_signature(blob) {
+        if !reasoning.text().is_empty() || crate::llm::opaque::is_opaque(blob) {
             continue;
         }
         match seal.open(tenant, blob) {

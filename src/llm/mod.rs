@@ -5,13 +5,13 @@
 //! must act on them, `resilient` adds retries, concurrency caps and fallbacks, `router` picks
 //! the client of a model, and `probe` asks each provider for its model list.
 
+pub mod opaque;
 pub mod openai;
 pub mod probe;
 pub mod profile;
 mod refusal;
 pub mod resilient;
 mod router;
-pub mod signature;
 pub mod sse;
 mod think;
 
@@ -71,9 +71,12 @@ pub enum ModelEvent {
         id: Option<String>,
         name: Option<String>,
         arguments: String,
-        /// The provider's signature of the call, to be sent back with it ([`signature`]).
+        /// The provider's signature of the call, to be sent back with it ([`opaque`]).
         signature: Option<String>,
     },
+    /// Fragments of the provider's reasoning blocks (OpenRouter's `reasoning_details`), to be
+    /// sent back with the turn ([`opaque`]).
+    ReasoningDetails(Vec<Value>),
     Usage(Usage),
     Finish(FinishReason),
 }

@@ -11,6 +11,7 @@ use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::opaque::Opaque;
 use super::profile::{Dialect, EffortField, Signatures};
 use super::sse::SseDecoder;
 use super::think::ThinkSplitter;
@@ -279,7 +280,20 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
             let mut calls = Vec::new();
             let mut results = Vec::new();
             let mut images = Vec::new();
-            while let Some((id, name, arguments)) = call_at(index) {
+            loop {
+                let Some((id, name, arguments)) = call_at(index) else {
+                    // Provider state streamed after a call belongs to the calls' message.
+                    match entries.get(index).and_then(Entry::item) {
+                        Some(Item::Reasoning(r))
+                            if r.text().is_empty() && Opaque::of(r).is_some() =>
+                        {
+                            reasoning.keep(index, r);
+                            index += 1;
+                            continue;
+                        }
+                        _ => break,
+                    }
+                };
                 let result = match &entries[index] {
                     Entry::Item(Item::McpCall(c)) => {
                         if dialect.images {
@@ -341,10 +355,13 @@ fn call_signatures(dialect: &Dialect, entries: &[Entry]) -> HashMap<String, Stri
         .iter()
         .filter_map(Entry::item)
         .filter_map(|item| match item {
-            Item::Reasoning(r) => r.encrypted_content.as_deref(),
+            Item::Reasoning(r) => Opaque::of(r),
             _ => None,
         })
-        .filter_map(super::signature::decode)
+        .filter_map(|state| match state {
+            Opaque::CallSignature { call_id, signature } => Some((call_id, signature)),
+            Opaque::ReasoningDetails(_) => None,
+        })
         .collect()
 }
 
@@ -364,7 +381,7 @@ fn stand_in_signatures(messages: &mut [Value]) {
         {
             tracing::debug!(call = %first["id"], "a call of the current turn has no thought signature; the stand-in is sent");
             first["extra_content"] =
-                json!({"google": {"thought_signature": super::signature::UNKNOWN}});
+                json!({"google": {"thought_signature": super::opaque::UNKNOWN_SIGNATURE}});
         }
     }
 }
@@ -437,13 +454,17 @@ fn chat_message(item: &Item, called: &HashSet<String>) -> Option<Value> {
 
 /// Earlier reasoning on its way back to the model: kept from the reasoning items the dialect
 /// sends back, put on the assistant message that follows them (the one that called tools,
-/// under `SendBack::ToolCalls`), and dropped at the next message of another role.
+/// under `SendBack::ToolCalls`), and dropped at the next message of another role. The
+/// provider's reasoning blocks ([`Opaque::ReasoningDetails`]) go with it where the dialect
+/// takes them back.
 struct SentBack {
     mode: SendBack,
     field: &'static str,
+    details: bool,
     /// Reasoning items before this index are not sent back (`usize::MAX`: none is).
     from: usize,
     pending: Option<String>,
+    pending_details: Vec<Value>,
 }
 
 impl SentBack {
@@ -459,8 +480,10 @@ impl SentBack {
         SentBack {
             mode: dialect.send_back,
             field: dialect.send_back_field,
+            details: dialect.reasoning_details,
             from,
             pending: None,
+            pending_details: Vec::new(),
         }
     }
 
@@ -471,6 +494,10 @@ impl SentBack {
         let text = item.text();
         if !text.is_empty() {
             self.pending.get_or_insert_default().push_str(&text);
+        } else if self.details
+            && let Some(Opaque::ReasoningDetails(blocks)) = Opaque::of(item)
+        {
+            self.pending_details.extend(blocks);
         }
     }
 
@@ -478,11 +505,19 @@ impl SentBack {
     fn attach(&mut self, message: &mut Value) {
         if message["role"] != "assistant" {
             self.pending = None;
+            self.pending_details.clear();
             return;
         }
         if self.mode != SendBack::ToolCalls {
             if let Some(text) = self.pending.take() {
                 message[self.field] = json!(text);
+            }
+            if !self.pending_details.is_empty() {
+                let blocks = std::mem::take(&mut self.pending_details);
+                match message.get_mut("reasoning_details") {
+                    Some(Value::Array(have)) => have.extend(blocks),
+                    _ => message["reasoning_details"] = Value::Array(blocks),
+                }
             }
             return;
         }
@@ -660,6 +695,9 @@ struct Delta<'a> {
     reasoning_content: Text<'a>,
     #[serde(default, borrow)]
     reasoning: Text<'a>,
+    /// OpenRouter's reasoning blocks ([`super::opaque`]).
+    #[serde(default)]
+    reasoning_details: Option<Value>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolCallChunk<'a>>>,
 }
@@ -672,7 +710,7 @@ struct ToolCallChunk<'a> {
     id: Text<'a>,
     #[serde(default, borrow)]
     function: Option<FunctionChunk<'a>>,
-    /// Gemini's `{"google": {"thought_signature": …}}` ([`super::signature`]).
+    /// Gemini's `{"google": {"thought_signature": …}}` ([`super::opaque`]).
     #[serde(default)]
     extra_content: Option<Value>,
 }
@@ -833,6 +871,11 @@ fn parse_payload(
     if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
         if let Some(mut delta) = choice.delta {
             reader.reasoning(&mut delta, out);
+            if let Some(Value::Array(details)) = delta.reasoning_details.take()
+                && !details.is_empty()
+            {
+                out.push_back(Ok(ModelEvent::ReasoningDetails(details)));
+            }
             if let Some(text) = delta.content.non_empty() {
                 reader.content(text, out);
             }
@@ -928,11 +971,24 @@ mod tests {
             id: "rs_1".into(),
             summary: Vec::new(),
             content: None,
-            encrypted_content: Some(super::super::signature::encode("a", "SIG+/=")),
+            encrypted_content: Some(
+                Opaque::CallSignature {
+                    call_id: "a".into(),
+                    signature: "SIG+/=".into(),
+                }
+                .encode(),
+            ),
             status: None,
         });
         // Step one signed (its reasoning item kept), step two's signature lost by the client.
-        let items = [user("hi"), signed, call("a"), output("a"), call("b"), output("b")];
+        let items = [
+            user("hi"),
+            signed,
+            call("a"),
+            output("a"),
+            call("b"),
+            output("b"),
+        ];
         let request = ModelRequest {
             model: "m".into(),
             items: items.into_iter().map(Entry::Item).collect(),
@@ -951,6 +1007,48 @@ mod tests {
         );
         assert_eq!(signatures(Profile::Generic), [json!("SIG+/="), Value::Null]);
         assert_eq!(signatures(Profile::Openai), [Value::Null, Value::Null]);
+    }
+
+    #[test]
+    fn reasoning_blocks_streamed_after_a_call_go_back_on_that_calls_message() {
+        use crate::config::Profile;
+        use crate::protocol::items::Reasoning;
+        let blocks = vec![json!({"type": "reasoning.encrypted", "data": "gAAAAB", "index": 0})];
+        let items = [
+            user("hi"),
+            Item::FunctionCall(FunctionCall {
+                id: "fc_a".into(),
+                call_id: "a".into(),
+                name: "f".into(),
+                arguments: "{}".into(),
+                status: None,
+                namespace: None,
+            }),
+            Item::Reasoning(Reasoning {
+                id: "rs_1".into(),
+                summary: Vec::new(),
+                content: None,
+                encrypted_content: Some(Opaque::ReasoningDetails(blocks.clone()).encode()),
+                status: None,
+            }),
+            Item::FunctionCallOutput(FunctionCallOutput {
+                id: "fco_a".into(),
+                call_id: "a".into(),
+                output: ToolOutput::Text("ok".into()),
+                status: None,
+            }),
+        ];
+        let request = ModelRequest {
+            model: "m".into(),
+            items: items.into_iter().map(Entry::Item).collect(),
+            ..ModelRequest::default()
+        };
+        let messages = chat_messages(&request, &Dialect::of(Profile::Openrouter));
+        assert_eq!(messages[1]["reasoning_details"], Value::Array(blocks));
+        assert_eq!(messages[2]["role"], "tool");
+        assert_eq!(messages.len(), 3);
+        let elsewhere = chat_messages(&request, &Dialect::of(Profile::Vllm));
+        assert!(elsewhere[1].get("reasoning_details").is_none());
     }
 
     #[test]

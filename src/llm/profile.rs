@@ -28,6 +28,8 @@ pub struct Dialect {
     /// otherwise only the placeholder text in the tool message.
     pub images: bool,
     pub signatures: Signatures,
+    /// Its reasoning blocks (OpenRouter's `reasoning_details`) are sent back with the reasoning.
+    pub reasoning_details: bool,
 }
 
 /// What becomes of the signatures a provider puts on tool calls ([`super::signature`]).
@@ -75,6 +77,7 @@ impl Dialect {
             api_version: None,
             images: true,
             signatures: Signatures::Dropped,
+            reasoning_details: false,
         };
         match profile {
             // OpenAI: "max_tokens is now deprecated in favor of max_completion_tokens, and is
@@ -117,6 +120,9 @@ impl Dialect {
                 dialect.send_back = SendBack::TurnLoop;
                 dialect.send_back_field = "reasoning";
                 dialect.effort = EffortField::ReasoningObject;
+                // "Preserving reasoning blocks": `reasoning_details` back on the assistant
+                // message, as streamed (merged by `index`).
+                dialect.reasoning_details = true;
             }
             // llama-server `--reasoning-format`: `deepseek` puts thoughts in
             // `reasoning_content`, `none` leaves `<think>` in the content; both are read.

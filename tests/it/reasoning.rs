@@ -343,6 +343,22 @@ async fn every_profile_runs_two_server_tool_turns_and_a_pause_as_its_provider_ac
             .map(|item| item["type"].as_str().unwrap())
             .collect();
         let expected: &[&str] = match (reasons, profile == Profile::Gemini) {
+            // OpenRouter's reasoning blocks follow each stretch of reasoning.
+            _ if profile == Profile::Openrouter => &[
+                "mcp_list_tools",
+                "reasoning",
+                "reasoning",
+                "mcp_call",
+                "reasoning",
+                "reasoning",
+                "mcp_call",
+                "reasoning",
+                "reasoning",
+                "function_call",
+                "reasoning",
+                "reasoning",
+                "message",
+            ],
             // Gemini shows no reasoning, but signs each step's first call.
             (false, true) => &[
                 "mcp_list_tools",
@@ -435,6 +451,14 @@ fn check_requests(profile: Profile, requests: &[Value], seen: &[fake_llm::Seen])
         }
     }
     for (message, thought) in called.iter().zip(["Time first.", "Again.", "Weather."]) {
+        let text = format!("{thought} Then act.");
+        let blocks = match profile {
+            Profile::Openrouter => json!([{"type": "reasoning.text", "text": text,
+                "format": "anthropic-claude-v1", "index": 0,
+                "signature": Persona::Openrouter.block_signature(&text)}]),
+            _ => Value::Null,
+        };
+        assert_eq!(message["reasoning_details"], blocks, "{name}: {message}");
         let fields = ["reasoning", "reasoning_content"].map(|f| message.get(f).is_some());
         match sent_back_field(profile) {
             Some(field) => assert_eq!(
@@ -550,7 +574,7 @@ async fn gemini_replay(profile: Profile, keep: fn(&Value) -> bool) -> (u16, Valu
         .collect();
     assert_eq!(kinds, ["reasoning", "function_call"], "{output}");
     let signature = output[0]["encrypted_content"].as_str().unwrap();
-    assert!(signature.starts_with("sig1."), "{signature}");
+    assert!(signature.starts_with("op1."), "{signature}");
     let mut input = vec![user];
     input.extend(
         output

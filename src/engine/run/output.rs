@@ -275,14 +275,14 @@ impl Output {
         self.done(output_index, Item::Reasoning(item)).await;
     }
 
-    /// A reasoning item holding the provider's signature of call `call_id`
-    /// ([`crate::llm::signature`]): no text, shown whole before the calls it signs.
-    pub async fn call_signature(&mut self, call_id: &str, signature: &str) {
+    /// A reasoning item holding provider state ([`crate::llm::opaque`]): no text, shown whole
+    /// before what the turn shows next.
+    pub async fn opaque_reasoning(&mut self, state: &crate::llm::opaque::Opaque) {
         let mut reasoning = Reasoning {
             id: ids::new(ids::REASONING),
             summary: Vec::new(),
             content: None,
-            encrypted_content: Some(crate::llm::signature::encode(call_id, signature)),
+            encrypted_content: Some(state.encode()),
             status: Some(ItemStatus::InProgress),
         };
         let output_index = self.push(Item::Reasoning(reasoning.clone()));

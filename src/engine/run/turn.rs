@@ -14,6 +14,7 @@ use super::{RunTask, upstream_ending};
 use crate::engine::executor::{ServerCall, TurnCalls};
 use crate::engine::lifecycle::Ending;
 use crate::engine::toolset::{Executor, ToolEntry};
+use crate::llm::opaque::Opaque;
 use crate::llm::{FinishReason, ModelEvent};
 use crate::protocol::ids;
 use crate::protocol::items::ItemStatus;
@@ -64,9 +65,11 @@ pub(super) struct Turn {
     /// A start of this turn was saved: every later start is saved too, so that a crash
     /// finds the turn either not recorded (asked again) or with every call it started.
     recorded: bool,
-    /// Call signatures not shown yet, as `(call_id, signature)`: each is shown as soon as no
-    /// call item is open, before the calls that follow.
-    signatures: Vec<(String, String)>,
+    /// Provider state not shown yet ([`crate::llm::opaque`]): call signatures, and the
+    /// reasoning blocks streamed so far (merged by their `index`). It is shown as soon as no
+    /// call item is open, before the message or calls that follow.
+    signatures: Vec<Opaque>,
+    details: Vec<serde_json::Value>,
 }
 
 /// One chunk of a tool call ([`ModelEvent::ToolCallDelta`]).
@@ -109,6 +112,7 @@ impl RunTask {
             starting: Vec::new(),
             recorded: false,
             signatures: Vec::new(),
+            details: Vec::new(),
         };
         let mut open = Streaming::default();
         loop {
@@ -163,6 +167,9 @@ impl RunTask {
                     };
                     Box::pin(self.call_delta(calls, &mut turn, delta)).await;
                 }
+                Ok(ModelEvent::ReasoningDetails(fragments)) => {
+                    crate::llm::opaque::merge_details(&mut turn.details, fragments);
+                }
                 Ok(ModelEvent::Usage(usage)) => self.model.usage.add(&usage),
                 Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
                 Err(e) => {
@@ -210,7 +217,10 @@ impl RunTask {
         Box::pin(self.out.close_reasoning(reasoning, ItemStatus::Completed)).await;
         let message = match &mut open.message {
             Some(message) => message,
-            None => open.message.insert(Box::pin(self.out.open_message()).await),
+            None => {
+                Box::pin(self.show_opaque(turn)).await;
+                open.message.insert(Box::pin(self.out.open_message()).await)
+            }
         };
         let event = message.push(delta);
         self.out.emitter.emit(event).await;
@@ -308,7 +318,10 @@ impl RunTask {
                     .get_or_insert_with(|| ids::new(ids::MCP_CALL))
                     .clone(),
             };
-            turn.signatures.push((shown_as, signature));
+            turn.signatures.push(Opaque::CallSignature {
+                call_id: shown_as,
+                signature,
+            });
         }
         call.arguments.push_str(&arguments);
         if let Some(live) = call.live.clone()
@@ -325,7 +338,7 @@ impl RunTask {
     async fn settle_calls(&mut self, calls: &mut Calls, streaming: Option<u32>, turn: &mut Turn) {
         let live = live_index(calls);
         if live.is_none() {
-            self.show_signatures(turn).await;
+            self.show_opaque(turn).await;
         }
         let complete: Vec<u32> = calls
             .iter()
@@ -373,17 +386,22 @@ impl RunTask {
         {
             self.finish_call(call, turn).await;
         }
-        self.show_signatures(turn).await;
+        self.show_opaque(turn).await;
         while let Some((_, call)) = calls.pop_first() {
             self.finish_call(call, turn).await;
         }
         self.start_saved(turn).await;
     }
 
-    /// Shows the call signatures received so far (no call item may be open).
-    async fn show_signatures(&mut self, turn: &mut Turn) {
-        for (call_id, signature) in std::mem::take(&mut turn.signatures) {
-            self.out.call_signature(&call_id, &signature).await;
+    /// Shows the provider state received so far (no item may be open): the reasoning blocks,
+    /// then the call signatures.
+    async fn show_opaque(&mut self, turn: &mut Turn) {
+        if !turn.details.is_empty() {
+            let details = Opaque::ReasoningDetails(std::mem::take(&mut turn.details));
+            self.out.opaque_reasoning(&details).await;
+        }
+        for signature in std::mem::take(&mut turn.signatures) {
+            self.out.opaque_reasoning(&signature).await;
         }
     }
 
