@@ -13,6 +13,7 @@ mod refusal;
 pub mod resilient;
 mod router;
 pub mod sse;
+pub mod text_tools;
 mod think;
 
 pub use refusal::{Blame, ErrorBody, Refusal};
