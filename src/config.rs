@@ -15,7 +15,7 @@ mod provider;
 mod sources;
 mod validate;
 
-pub use provider::{Profile, ReasoningFormat, SendBack};
+pub use provider::{Profile, ReasoningFormat, SendBack, ToolProtocol};
 
 pub use sources::{did_you_mean, key};
 
@@ -315,6 +315,8 @@ struct LlmSection {
     api_version: Option<String>,
     #[serde(default)]
     images: Option<bool>,
+    #[serde(default)]
+    tool_protocol: Option<ToolProtocol>,
     connect_timeout_ms: u64,
     first_byte_timeout_ms: u64,
     idle_timeout_ms: u64,
@@ -339,6 +341,7 @@ impl From<LlmSection> for LlmConfig {
                 reasoning_send_back: section.reasoning_send_back,
                 api_version: section.api_version,
                 images: section.images,
+                tool_protocol: section.tool_protocol,
             },
             connect_timeout_ms: section.connect_timeout_ms,
             first_byte_timeout_ms: section.first_byte_timeout_ms,
@@ -405,6 +408,10 @@ pub struct ProviderConfig {
     /// by default the profile's: yes, except DeepSeek's text-only API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<bool>,
+    /// How its models are offered tools and write their calls (SPEC §15): natively, or in a
+    /// text protocol for models without function calling. `native` by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_protocol: Option<ToolProtocol>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -513,6 +520,7 @@ pub struct ResolvedProvider {
     pub api_version: Option<String>,
     /// The configured override of the profile's `images`.
     pub images: Option<bool>,
+    pub tool_protocol: ToolProtocol,
 }
 
 /// The layered configuration a [`Config`] was read from, kept to say where a value came from.
@@ -613,6 +621,7 @@ fn resolve(name: &str, provider: &ProviderConfig, is_default: bool) -> ResolvedP
         reasoning_send_back: provider.reasoning_send_back,
         api_version: provider.api_version.clone(),
         images: provider.images,
+        tool_protocol: provider.tool_protocol.unwrap_or_default(),
         base_url: base_url.trim_end_matches('/').to_string(),
         api_key,
         models: provider.models.clone(),
@@ -698,6 +707,7 @@ mod tests {
             reasoning_send_back: Some(SendBack::TurnLoop),
             api_version: Some("2024-10-21".into()),
             images: Some(false),
+            tool_protocol: Some(ToolProtocol::Hermes),
         };
         let table = toml::to_string(&provider).unwrap();
         let config = read(&format!("[llm]\n{table}")).unwrap();

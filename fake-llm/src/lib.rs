@@ -11,8 +11,10 @@
 //! refusals that provider documents.
 
 mod persona;
+mod text_tools;
 
 pub use persona::{Persona, ReasoningForm, Seen};
+pub use text_tools::ToolText;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -201,6 +203,8 @@ struct Shared {
     /// See [`Synthetic::call_tools`].
     call_tools: bool,
     persona: Persona,
+    /// Calls written in the text, `tools` refused (a model without function calling).
+    tool_text: Option<ToolText>,
 }
 
 /// A synthetic default answer for benchmarks: `deltas` text chunks, the first after
@@ -274,19 +278,30 @@ impl FakeLlm {
 
     /// Starts on `127.0.0.1:0`, playing `persona`.
     pub async fn start_as(persona: Persona) -> std::io::Result<FakeLlm> {
-        FakeLlm::listen("127.0.0.1:0", persona).await
+        FakeLlm::listen("127.0.0.1:0", persona, None).await
     }
 
     /// Starts on the given address.
     pub async fn start_on(addr: &str) -> std::io::Result<FakeLlm> {
-        FakeLlm::listen(addr, Persona::Generic).await
+        FakeLlm::listen(addr, Persona::Generic, None).await
     }
 
-    async fn listen(addr: &str, persona: Persona) -> std::io::Result<FakeLlm> {
+    /// Starts on `127.0.0.1:0` as a model without function calling that writes its calls in
+    /// `syntax`, behind a server that refuses `tools`.
+    pub async fn start_writing_calls(syntax: ToolText) -> std::io::Result<FakeLlm> {
+        FakeLlm::listen("127.0.0.1:0", Persona::Generic, Some(syntax)).await
+    }
+
+    async fn listen(
+        addr: &str,
+        persona: Persona,
+        tool_text: Option<ToolText>,
+    ) -> std::io::Result<FakeLlm> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let shared = Shared {
             persona,
+            tool_text,
             ..Shared::default()
         };
         let app = router(shared.clone());
@@ -357,6 +372,7 @@ pub async fn serve(
     addr: &str,
     synthetic: Option<Synthetic>,
     persona: Persona,
+    tool_text: Option<ToolText>,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
@@ -368,6 +384,7 @@ pub async fn serve(
         tool_turns: synthetic.map_or(0, |s| s.tool_turns),
         call_tools: synthetic.is_some_and(|s| s.call_tools),
         persona,
+        tool_text,
         ..Shared::default()
     };
     let (_running, shutdown) = tokio::sync::watch::channel(());
@@ -468,7 +485,10 @@ async fn chat_completions(
     if !shared.persona.serves(&seen.path) {
         return (StatusCode::NOT_FOUND, "404 page not found").into_response();
     }
-    let refusal = shared.persona.refusal(&request, &seen);
+    let refusal = match shared.tool_text {
+        Some(syntax) => syntax.refusal(&request),
+        None => shared.persona.refusal(&request, &seen),
+    };
     let turn = {
         let mut script = shared.lock();
         // A benchmark's synthetic upstream answers millions of requests: it keeps none.
@@ -545,6 +565,9 @@ async fn chat_completions(
         return response;
     }
 
+    if let Some(syntax) = shared.tool_text {
+        steps = written_calls(steps, syntax);
+    }
     let stream = async_stream(steps, model, shared.persona);
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -642,6 +665,84 @@ fn last_user_text(request: &Value) -> String {
             .join(" "),
         _ => String::new(),
     }
+}
+
+/// The steps with their tool calls written into the text in `syntax`: each call's chunks become
+/// text chunks once the call is complete, and `tool_calls` becomes `stop`. In JSON the whole
+/// reply is an envelope: `{"response": "…"}` around the text, or `{"tool_calls": […]}`.
+fn written_calls(steps: VecDeque<Step>, syntax: ToolText) -> VecDeque<Step> {
+    let mut out = VecDeque::new();
+    // Calls being streamed: (index, name, arguments).
+    let mut calls: Vec<(u32, String, String)> = Vec::new();
+    let mut written: Vec<String> = Vec::new();
+    let mut texts = 0;
+    let flush = |calls: &mut Vec<(u32, String, String)>,
+                 out: &mut VecDeque<Step>,
+                 written: &mut Vec<String>| {
+        for (_, name, arguments) in calls.drain(..) {
+            let call = syntax.call(&name, &arguments);
+            match syntax {
+                ToolText::Json => written.push(call),
+                _ => out.extend(
+                    text_tools::pieces(&call, 7)
+                        .into_iter()
+                        .map(|text| Step::Text { text }),
+                ),
+            }
+        }
+    };
+    for step in steps {
+        match step {
+            Step::ToolCall {
+                index,
+                name,
+                arguments,
+                ..
+            } => calls.push((index, name, arguments)),
+            Step::ToolArgs { index, arguments } => {
+                if let Some(call) = calls.iter_mut().find(|c| c.0 == index) {
+                    call.2.push_str(&arguments);
+                }
+            }
+            Step::Text { text } if syntax == ToolText::Json => {
+                let escaped = serde_json::to_string(&text).unwrap_or_default();
+                let inner = &escaped[1..escaped.len() - 1];
+                let text = match texts {
+                    0 => format!("{{\"response\": \"{inner}"),
+                    _ => inner.to_string(),
+                };
+                texts += 1;
+                out.push_back(Step::Text { text });
+            }
+            Step::Finish { reason } => {
+                flush(&mut calls, &mut out, &mut written);
+                if texts > 0 {
+                    out.push_back(Step::Text { text: "\"}".into() });
+                    texts = 0;
+                }
+                if !written.is_empty() {
+                    let envelope = format!("{{\"tool_calls\": [{}]}}", written.join(", "));
+                    out.extend(
+                        text_tools::pieces(&envelope, 7)
+                            .into_iter()
+                            .map(|text| Step::Text { text }),
+                    );
+                    written.clear();
+                }
+                let reason = if reason == "tool_calls" {
+                    "stop".to_string()
+                } else {
+                    reason
+                };
+                out.push_back(Step::Finish { reason });
+            }
+            other => {
+                flush(&mut calls, &mut out, &mut written);
+                out.push_back(other);
+            }
+        }
+    }
+    out
 }
 
 /// Replays steps as SSE chunks. A `Cut` ends the body with an error, which hyper turns into

@@ -3,7 +3,9 @@
 //! benchmarks. Prints `listening on http://ADDR` when bound. With `--deltas`, an unscripted
 //! request gets N synthetic text deltas instead of an echo; with `--call-tools`, one that
 //! offers tools and ends with a user message calls the first tool (arguments from its schema);
-//! with `--persona NAME`, it plays that provider (`openai`, `deepseek`, `vllm`, …).
+//! with `--persona NAME`, it plays that provider (`openai`, `deepseek`, `vllm`, …); with
+//! `--tool-text hermes|vcp|json`, a model without function calling that writes its calls in
+//! its text (a request with `tools` is refused).
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
@@ -11,6 +13,7 @@ async fn main() -> std::io::Result<()> {
     let mut listen = String::from("127.0.0.1:0");
     let mut synthetic: Option<fake_llm::Synthetic> = None;
     let mut persona = fake_llm::Persona::Generic;
+    let mut tool_text = None;
     let number = |value: Option<String>| -> u64 {
         value.and_then(|v| v.parse().ok()).unwrap_or_else(|| {
             eprintln!("usage: fake-llm: a number is expected");
@@ -38,13 +41,20 @@ async fn main() -> std::io::Result<()> {
                     std::process::exit(2)
                 });
             }
+            "--tool-text" => {
+                let name = args.next().unwrap_or_default();
+                tool_text = Some(fake_llm::ToolText::parse(&name).unwrap_or_else(|| {
+                    eprintln!("usage: fake-llm: unknown tool text {name:?} (hermes, vcp, json)");
+                    std::process::exit(2)
+                }));
+            }
             other => {
                 eprintln!(
-                    "usage: fake-llm [--listen ADDR] [--deltas N] [--first-token-ms MS] [--inter-token-ms MS] [--tool-turns N] [--call-tools] [--persona NAME] (unknown argument {other:?})"
+                    "usage: fake-llm [--listen ADDR] [--deltas N] [--first-token-ms MS] [--inter-token-ms MS] [--tool-turns N] [--call-tools] [--persona NAME] [--tool-text hermes|vcp|json] (unknown argument {other:?})"
                 );
                 std::process::exit(2);
             }
         }
     }
-    fake_llm::serve(&listen, synthetic, persona).await
+    fake_llm::serve(&listen, synthetic, persona, tool_text).await
 }

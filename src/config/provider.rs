@@ -100,3 +100,18 @@ pub enum SendBack {
     ToolCalls,
     Always,
 }
+
+/// How a provider's models are offered tools and write their calls (SPEC §15).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolProtocol {
+    /// The chat-completions `tools` field and `tool_calls`.
+    #[default]
+    Native,
+    /// Definitions in the system prompt; calls as `<tool_call>{…}</tool_call>` in the text.
+    Hermes,
+    /// Definitions in the system prompt; calls as `<<<[TOOL_REQUEST]>>>` blocks in the text.
+    Vcp,
+    /// Definitions in the system prompt; the whole reply a JSON envelope.
+    Json,
+}

@@ -14,12 +14,17 @@ use serde_json::{Map, Value, json};
 use super::opaque::Opaque;
 use super::profile::{Dialect, EffortField, Signatures};
 use super::sse::SseDecoder;
+use super::text_tools::render;
+use super::text_tools::{TextCalls, TextProtocol};
 use super::think::ThinkSplitter;
 use super::{FinishReason, LlmClient, LlmError, ModelEvent, ModelRequest, ModelStream};
-use crate::config::{LlmConfig, ReasoningFormat, ResolvedProvider, Secret, SendBack};
+use crate::config::{LlmConfig, ReasoningFormat, ResolvedProvider, Secret, SendBack, ToolProtocol};
 use crate::protocol::items::{ContentPart, Item, Role};
 use crate::protocol::response::{InputTokensDetails, OutputTokensDetails, Usage};
 use crate::protocol::transcript::Entry;
+
+/// Model events as a reply's chunks are read into them.
+pub type Events = VecDeque<Result<ModelEvent, LlmError>>;
 
 /// How much of an upstream error body is read for its message.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -110,7 +115,7 @@ impl LlmClient for ChatCompletionsClient {
         Ok(Box::pin(decode_chunks(
             response.bytes_stream(),
             self.idle_timeout,
-            Reader::new(self.dialect.reasoning_format),
+            Reader::of(&self.dialect, request),
         )))
     }
 }
@@ -147,13 +152,15 @@ async fn read_error_body(response: reqwest::Response, timeout: Duration) -> supe
 pub fn chat_request_body(request: &ModelRequest, dialect: &Dialect) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
-    body.insert(
-        "messages".into(),
-        Value::Array(chat_messages(request, dialect)),
-    );
+    let text_tools = dialect.tool_protocol != ToolProtocol::Native;
+    let messages = match text_tools {
+        true => text_tool_messages(request, dialect),
+        false => chat_messages(request, dialect),
+    };
+    body.insert("messages".into(), Value::Array(messages));
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    if !request.tools.is_empty() {
+    if !request.tools.is_empty() && !text_tools {
         let tools: Vec<Value> = request
             .tools
             .iter()
@@ -203,11 +210,35 @@ pub fn chat_request_body(request: &ModelRequest, dialect: &Dialect) -> Value {
         EffortField::ReasoningObject => put("reasoning", effort.map(|v| json!({"effort": v}))),
     }
     put("user", request.user.as_ref().map(|v| json!(v)));
-    put(
-        "response_format",
-        request.response_format.as_ref().map(chat_response_format),
-    );
+    let response_format = request.response_format.as_ref().map(chat_response_format);
+    // The JSON protocol's envelope, where the client asks for no format of its own.
+    let envelope = (dialect.tool_protocol == ToolProtocol::Json && !request.tools.is_empty())
+        .then(|| json!({"type": "json_object"}));
+    put("response_format", response_format.or(envelope));
     Value::Object(body)
+}
+
+/// The messages of a provider whose models write their calls in text (SPEC §15): the history's
+/// calls and results in the protocol's syntax, and the tools offered in the system prompt.
+fn text_tool_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
+    let protocol = dialect.tool_protocol;
+    let mut messages = render::render_history(protocol, chat_messages(request, dialect));
+    if !request.tools.is_empty() {
+        let section = render::tools_prompt(
+            protocol,
+            &request.tools,
+            request.tool_choice.as_ref(),
+            request.parallel_tool_calls,
+        );
+        match messages.first_mut() {
+            Some(first) if first["role"] == "system" => {
+                let instructions = first["content"].as_str().unwrap_or_default();
+                first["content"] = json!(format!("{instructions}\n\n{section}"));
+            }
+            _ => messages.insert(0, json!({"role": "system", "content": section})),
+        }
+    }
+    messages
 }
 
 /// `text.format` → `response_format`.
@@ -797,13 +828,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
 }
 
 /// Reads one streamed reply's chunks into events, finding its reasoning where the dialect
-/// says it is.
+/// says it is, and its calls in its text where the provider's tool protocol is a text one.
 struct Reader {
     /// A finish reason was seen.
     finished: bool,
     format: ReasoningFormat,
     /// Splits `<think>` blocks from the content (`ReasoningFormat::ThinkTags`).
     think: Option<ThinkSplitter>,
+    /// Reads calls from the text (a text `tool_protocol`), after `<think>` blocks are split off.
+    calls: Option<TextCalls>,
 }
 
 impl Reader {
@@ -812,12 +845,20 @@ impl Reader {
             finished: false,
             format,
             think: (format == ReasoningFormat::ThinkTags).then(ThinkSplitter::default),
+            calls: None,
         }
+    }
+
+    /// The reader of a reply to `request` in the dialect.
+    fn of(dialect: &Dialect, request: &ModelRequest) -> Reader {
+        let mut reader = Reader::new(dialect.reasoning_format);
+        reader.calls = text_protocol(dialect, request).map(|p| TextCalls::new(p, &request.tools));
+        reader
     }
 
     /// A delta's reasoning: `reasoning_content` or `reasoning`, never both (vLLM sent both
     /// while it renamed the field).
-    fn reasoning(&self, delta: &mut Delta<'_>, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
+    fn reasoning(&self, delta: &mut Delta<'_>, out: &mut Events) {
         if self.format == ReasoningFormat::None {
             return;
         }
@@ -828,19 +869,69 @@ impl Reader {
         }
     }
 
-    fn content(&mut self, text: String, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
-        match &mut self.think {
-            Some(splitter) => splitter.feed(text, out),
-            None => out.push_back(Ok(ModelEvent::TextDelta(text))),
+    fn content(&mut self, text: String, out: &mut Events) {
+        match (&mut self.think, &mut self.calls) {
+            (None, None) => out.push_back(Ok(ModelEvent::TextDelta(text))),
+            (Some(splitter), None) => splitter.feed(text, out),
+            (think, Some(calls)) => {
+                let mut split = Events::new();
+                match think {
+                    Some(splitter) => splitter.feed(text, &mut split),
+                    None => split.push_back(Ok(ModelEvent::TextDelta(text))),
+                }
+                read_calls(calls, split, out);
+            }
         }
     }
 
-    /// The content ended (a call or the finish reason came): what a `<think>` splitter
-    /// held back is decided.
-    fn end_content(&mut self, out: &mut VecDeque<Result<ModelEvent, LlmError>>) {
+    /// The content ended (a call or the finish reason came): what a `<think>` splitter or the
+    /// call parser held back is decided.
+    fn end_content(&mut self, out: &mut Events) {
+        let mut split = Events::new();
         if let Some(splitter) = &mut self.think {
-            splitter.finish(out);
+            splitter.finish(&mut split);
         }
+        match &mut self.calls {
+            Some(calls) => {
+                read_calls(calls, split, out);
+                calls.finish(out);
+            }
+            None => out.extend(split),
+        }
+    }
+
+    /// The reply's finish reason: a reply that wrote calls in its text finished with them.
+    fn finish_reason(&self, reason: &str) -> FinishReason {
+        match FinishReason::parse(reason) {
+            FinishReason::Stop if self.calls.as_ref().is_some_and(TextCalls::called) => {
+                FinishReason::ToolCalls
+            }
+            reason => reason,
+        }
+    }
+}
+
+/// Text deltas through the call parser; other events as they are.
+fn read_calls(calls: &mut TextCalls, events: Events, out: &mut Events) {
+    for event in events {
+        match event {
+            Ok(ModelEvent::TextDelta(text)) => calls.feed(&text, out),
+            other => out.push_back(other),
+        }
+    }
+}
+
+/// The text protocol calls are read in, for a request that offers tools on a provider with
+/// one.
+fn text_protocol(dialect: &Dialect, request: &ModelRequest) -> Option<TextProtocol> {
+    if request.tools.is_empty() {
+        return None;
+    }
+    match dialect.tool_protocol {
+        ToolProtocol::Native => None,
+        ToolProtocol::Hermes => Some(TextProtocol::Hermes),
+        ToolProtocol::Vcp => Some(TextProtocol::Vcp),
+        ToolProtocol::Json => Some(TextProtocol::Json),
     }
 }
 
@@ -905,7 +996,7 @@ fn parse_payload(
         if let Some(reason) = choice.finish_reason.0 {
             reader.end_content(out);
             reader.finished = true;
-            out.push_back(Ok(ModelEvent::Finish(FinishReason::parse(&reason))));
+            out.push_back(Ok(ModelEvent::Finish(reader.finish_reason(&reason))));
         }
     }
     if let Some(usage) = chunk.usage.filter(|u| u.is_object()) {

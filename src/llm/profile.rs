@@ -6,7 +6,7 @@
 //! where it is decided; `fake-llm`'s personas refuse what the providers refuse, so a test fails
 //! where a real provider would.
 
-use crate::config::{Profile, ReasoningFormat, ResolvedProvider, Secret, SendBack};
+use crate::config::{Profile, ReasoningFormat, ResolvedProvider, Secret, SendBack, ToolProtocol};
 
 /// How requests to one provider are written and its replies read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub struct Dialect {
     pub signatures: Signatures,
     /// Its reasoning blocks (OpenRouter's `reasoning_details`) are sent back with the reasoning.
     pub reasoning_details: bool,
+    /// How its models are offered tools and write their calls (SPEC §15).
+    pub tool_protocol: ToolProtocol,
 }
 
 /// What becomes of the signatures a provider puts on tool calls ([`super::signature`]).
@@ -78,6 +80,7 @@ impl Dialect {
             images: true,
             signatures: Signatures::Dropped,
             reasoning_details: false,
+            tool_protocol: ToolProtocol::Native,
         };
         match profile {
             // OpenAI: "max_tokens is now deprecated in favor of max_completion_tokens, and is
@@ -161,6 +164,7 @@ impl Dialect {
         if let Some(images) = provider.images {
             dialect.images = images;
         }
+        dialect.tool_protocol = provider.tool_protocol;
         dialect
     }
 

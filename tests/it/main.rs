@@ -24,5 +24,6 @@ mod reasoning;
 mod replicas;
 mod schema;
 mod store_contract;
+mod text_tools;
 mod tools;
 mod upstream;

@@ -13,6 +13,8 @@
 
 mod fence;
 mod hermes;
+mod json;
+pub mod render;
 mod repair;
 mod vcp;
 
@@ -29,13 +31,17 @@ pub enum TextProtocol {
     /// `<<<[TOOL_REQUEST]>>>` … `tool_name:「始」…「末」` … `<<<[END_TOOL_REQUEST]>>>`: the
     /// reference design's blocks, one `key:「始」value「末」` per argument.
     Vcp,
+    /// The whole reply a JSON envelope: `{"response": "…"}` or `{"tool_calls": […]}`.
+    Json,
 }
 
 impl TextProtocol {
+    /// The markers of a marked protocol's blocks (JSON has none).
     fn open(self) -> &'static str {
         match self {
             TextProtocol::Hermes => hermes::OPEN,
             TextProtocol::Vcp => vcp::OPEN,
+            TextProtocol::Json => "",
         }
     }
 
@@ -43,13 +49,14 @@ impl TextProtocol {
         match self {
             TextProtocol::Hermes => hermes::CLOSE,
             TextProtocol::Vcp => vcp::CLOSE,
+            TextProtocol::Json => "",
         }
     }
 
     /// The call a block's inside (between its markers) holds.
     fn parse(self, inside: &str) -> Result<ParsedCall, Malformed> {
         match self {
-            TextProtocol::Hermes => hermes::parse(inside),
+            TextProtocol::Hermes | TextProtocol::Json => hermes::parse(inside),
             TextProtocol::Vcp => vcp::parse(inside),
         }
     }
@@ -245,3 +252,118 @@ fn held_back(pending: &str, open: &str) -> usize {
 
 #[cfg(test)]
 mod tests;
+
+/// A reply's content read for calls in a text protocol, as model events: text deltas, and a
+/// whole `ToolCallDelta` per call (its arguments given the types the tool's schema asks for,
+/// since some protocols write every value as text).
+pub struct TextCalls {
+    parser: AnyParser,
+    /// Each tool's parameters schema, by name.
+    schemas: std::collections::HashMap<String, Value>,
+    /// Calls read so far: the next one's index.
+    calls: u32,
+}
+
+impl TextCalls {
+    pub fn new(protocol: TextProtocol, tools: &[crate::llm::ToolSpec]) -> TextCalls {
+        TextCalls {
+            parser: match protocol {
+                TextProtocol::Json => AnyParser::Json(json::JsonReplyParser::new()),
+                marked => AnyParser::Marked(TextCallParser::new(marked)),
+            },
+            schemas: tools
+                .iter()
+                .map(|t| (t.name.clone(), t.parameters.clone()))
+                .collect(),
+            calls: 0,
+        }
+    }
+
+    /// Whether the reply held a call.
+    pub fn called(&self) -> bool {
+        self.calls > 0
+    }
+
+    pub fn feed(&mut self, text: &str, out: &mut crate::llm::openai::Events) {
+        let mut pieces = Vec::new();
+        match &mut self.parser {
+            AnyParser::Marked(parser) => parser.feed(text, &mut pieces),
+            AnyParser::Json(parser) => parser.feed(text, &mut pieces),
+        }
+        self.events(pieces, out);
+    }
+
+    pub fn finish(&mut self, out: &mut crate::llm::openai::Events) {
+        let mut pieces = Vec::new();
+        match &mut self.parser {
+            AnyParser::Marked(parser) => parser.finish(&mut pieces),
+            AnyParser::Json(parser) => parser.finish(&mut pieces),
+        }
+        self.events(pieces, out);
+    }
+
+    fn events(&mut self, pieces: Vec<Piece>, out: &mut crate::llm::openai::Events) {
+        use crate::llm::ModelEvent;
+        for piece in pieces {
+            let event = match piece {
+                Piece::Text(text) => ModelEvent::TextDelta(text),
+                Piece::Call(call) => {
+                    if call.repaired {
+                        tracing::info!(tool = %call.name, "a text-protocol call was repaired to parse");
+                    }
+                    let arguments = match self.schemas.get(&call.name) {
+                        Some(schema) => coerce(call.arguments, schema),
+                        None => call.arguments,
+                    };
+                    self.calls += 1;
+                    ModelEvent::ToolCallDelta {
+                        index: self.calls - 1,
+                        id: Some(crate::protocol::ids::new(crate::protocol::ids::CALL)),
+                        name: Some(call.name),
+                        arguments: arguments.to_string(),
+                        signature: None,
+                    }
+                }
+                // The text as it was: the model is shown it again, and so is the client.
+                Piece::Malformed { raw, reason } => {
+                    tracing::warn!(%reason, "a text-protocol call could not be read; it stays text");
+                    ModelEvent::TextDelta(raw)
+                }
+            };
+            out.push_back(Ok(event));
+        }
+    }
+}
+
+/// The parser of a protocol: marked blocks in text, or a JSON envelope.
+enum AnyParser {
+    Marked(TextCallParser),
+    Json(json::JsonReplyParser),
+}
+
+/// `value` with the text of each property the schema types as a number, integer, boolean,
+/// object or array read as that type, where it reads so.
+fn coerce(value: Value, schema: &Value) -> Value {
+    let Value::Object(fields) = value else {
+        return value;
+    };
+    let properties = schema.get("properties");
+    let fields = fields
+        .into_iter()
+        .map(|(key, field)| {
+            let kind = properties
+                .and_then(|p| p.get(&key))
+                .and_then(|p| p.get("type"))
+                .and_then(Value::as_str);
+            let field = match (&field, kind) {
+                (
+                    Value::String(text),
+                    Some("number" | "integer" | "boolean" | "object" | "array"),
+                ) => serde_json::from_str::<Value>(text.trim()).unwrap_or(field),
+                _ => field,
+            };
+            (key, field)
+        })
+        .collect();
+    Value::Object(fields)
+}

@@ -30,15 +30,24 @@ fn repaired(name: &str, arguments: Value) -> Piece {
 
 /// The pieces of `chunks` fed in order, adjacent texts joined.
 fn parse(protocol: TextProtocol, chunks: &[&str]) -> Vec<Piece> {
-    let mut parser = TextCallParser::new(protocol);
+    let mut parser = match protocol {
+        TextProtocol::Json => AnyParser::Json(json::JsonReplyParser::new()),
+        marked => AnyParser::Marked(TextCallParser::new(marked)),
+    };
     let mut out = Vec::new();
     for chunk in chunks {
         let mut pieces = Vec::new();
-        parser.feed(chunk, &mut pieces);
+        match &mut parser {
+            AnyParser::Marked(p) => p.feed(chunk, &mut pieces),
+            AnyParser::Json(p) => p.feed(chunk, &mut pieces),
+        }
         join(&mut out, pieces);
     }
     let mut pieces = Vec::new();
-    parser.finish(&mut pieces);
+    match &mut parser {
+        AnyParser::Marked(p) => p.finish(&mut pieces),
+        AnyParser::Json(p) => p.finish(&mut pieces),
+    }
     join(&mut out, pieces);
     out
 }
@@ -189,5 +198,44 @@ fn vcp_replies_yield_the_same_text_and_calls_however_they_are_chunked() {
     ];
     for (reply, expected) in cases {
         check(TextProtocol::Vcp, reply, &expected);
+    }
+}
+
+#[test]
+fn json_replies_yield_the_same_text_and_calls_however_they_are_chunked() {
+    let cases: Vec<(&str, Vec<Piece>)> = vec![
+        (
+            r#"{"response": "Ça va — \"quoted\"\n東京 \ud83c\udf27 \u00e9 🌧️"}"#,
+            vec![text("Ça va — \"quoted\"\n東京 🌧 é 🌧️")],
+        ),
+        (
+            r#" { "tool_calls": [{"name": "get_weather", "arguments": {"city": "Zürich"}}, {"name": "b", "arguments": {}}] }"#,
+            vec![
+                call("get_weather", json!({"city": "Zürich"})),
+                call("b", json!({})),
+            ],
+        ),
+        (
+            r#"{"tool_call": {"name": "a", "arguments": {"n": 1}}}"#,
+            vec![call("a", json!({"n": 1}))],
+        ),
+        (
+            "The model ignored the format.",
+            vec![text("The model ignored the format.")],
+        ),
+        (
+            r#"{"tool_calls": [{"name": 'a', "arguments": {}},]}"#,
+            vec![repaired("a", json!({}))],
+        ),
+        (
+            r#"{"answer": 42"#,
+            vec![Piece::Malformed {
+                raw: r#"{"answer": 42"#.into(),
+                reason: "the reply is not a JSON object with \"response\" or \"tool_calls\"".into(),
+            }],
+        ),
+    ];
+    for (reply, expected) in cases {
+        check(TextProtocol::Json, reply, &expected);
     }
 }

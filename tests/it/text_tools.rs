@@ -1,0 +1,179 @@
+//! Tools for models without native function calling (SPEC §15): a provider with a text
+//! `tool_protocol` is sent no `tools`; its model is shown the tools in the system prompt and
+//! writes its calls in its text, which become the same items and events as native calls.
+//! The fake upstream plays such a model behind a server that refuses `tools` (as Ollama does).
+
+use fake_llm::ToolText;
+use serde_json::{Value, json};
+use switchyard::config::ToolProtocol;
+
+use crate::support::{FakeLlm, Sse, TestApp, Turn, assert_items_do_not_interleave, read_sse};
+
+/// A run with a server-tool turn, then a client call that pauses it, then (its output
+/// submitted) the answer, on a provider speaking `protocol` to a fake writing `syntax`
+/// (`None`: a native model).
+async fn tool_loop(protocol: ToolProtocol, syntax: Option<ToolText>) -> (TestApp, Sse, Sse) {
+    let llm = match syntax {
+        Some(syntax) => FakeLlm::start_writing_calls(syntax).await.unwrap(),
+        None => FakeLlm::start().await.unwrap(),
+    };
+    llm.push(Turn::tool_call(
+        "call_t",
+        "current_time",
+        r#"{"timezone":"UTC"}"#,
+    ));
+    llm.push(Turn::tool_call(
+        "call_w",
+        "get_weather",
+        r#"{"city":"Zürich","days":2}"#,
+    ));
+    llm.push(Turn::text("Sunny in Zürich, 21 °C."));
+    let app = TestApp::builder()
+        .config(move |c| c.llm.provider.tool_protocol = Some(protocol))
+        .upstream(llm)
+        .start()
+        .await;
+    let paused = app
+        .stream(&json!({
+            "model": "gpt-4o-mini", "input": "What time is it, and the weather in Zürich?",
+            "tools": [
+                {"type": "mcp", "server_label": "builtin", "allowed_tools": ["current_time"],
+                 "require_approval": "never"},
+                {"type": "function", "name": "get_weather", "description": "The weather of a city",
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                "days": {"type": "integer"}}, "required": ["city"]}},
+            ],
+        }))
+        .await;
+    assert_items_do_not_interleave(&paused);
+    let id = paused.response_id();
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/responses/{id}/submit_tool_outputs")))
+        .json(&json!({"tool_outputs": [{"tool_call_id": paused_call_id(&paused), "output": "Sunny, 21 °C"}],
+                      "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let resumed = read_sse(response).await;
+    (app, paused, resumed)
+}
+
+/// The call id the paused run waits for.
+fn paused_call_id(paused: &Sse) -> String {
+    paused.last().data["response"]["required_action"]["submit_tool_outputs"]["tool_calls"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A stream as its events' types, the consecutive deltas of one kind counted as one (how a
+/// model's text is chunked is not what a client is promised).
+fn shape(sse: &Sse) -> Vec<String> {
+    let mut shape: Vec<String> = Vec::new();
+    for event in &sse.events {
+        let kind = event.event.clone();
+        if kind.ends_with(".delta") && shape.last() == Some(&kind) {
+            continue;
+        }
+        shape.push(kind);
+    }
+    shape
+}
+
+/// A finished response's output with ids and the clock's readings left out.
+fn output(sse: &Sse) -> Value {
+    let mut output = sse.last().data["response"]["output"].clone();
+    for item in output.as_array_mut().unwrap() {
+        let item = item.as_object_mut().unwrap();
+        let clock = item["type"] == "mcp_call";
+        for key in ["id", "call_id"] {
+            item.remove(key);
+        }
+        if clock {
+            item.remove("output");
+            item.remove("data");
+        }
+    }
+    output
+}
+
+#[tokio::test]
+async fn a_text_protocol_run_streams_the_same_events_and_items_as_a_native_one() {
+    let (_native, native_paused, native_resumed) = tool_loop(ToolProtocol::Native, None).await;
+    for (protocol, syntax) in [
+        (ToolProtocol::Hermes, ToolText::Hermes),
+        (ToolProtocol::Vcp, ToolText::Vcp),
+        (ToolProtocol::Json, ToolText::Json),
+    ] {
+        let (app, paused, resumed) = tool_loop(protocol, Some(syntax)).await;
+        let name = format!("{protocol:?}");
+        assert_eq!(shape(&paused), shape(&native_paused), "{name}");
+        assert_eq!(shape(&resumed), shape(&native_resumed), "{name}");
+        assert_eq!(output(&paused), output(&native_paused), "{name}");
+        assert_eq!(output(&resumed), output(&native_resumed), "{name}");
+        let call = &paused.last().data["response"]["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "function_call")
+            .unwrap()
+            .clone();
+        // Typed as the schema says, whichever syntax the model wrote it in.
+        assert_eq!(call["arguments"], r#"{"city":"Zürich","days":2}"#, "{name}");
+        check_requests(protocol, &app.llm.requests());
+    }
+}
+
+/// What a text-protocol provider was sent: no `tools`, the tools in the system prompt, and the
+/// earlier calls and results written back in the protocol's own syntax.
+fn check_requests(protocol: ToolProtocol, requests: &[Value]) {
+    assert_eq!(requests.len(), 3, "{protocol:?}");
+    let (call_marker, result_marker) = match protocol {
+        ToolProtocol::Hermes => ("<tool_call>", "<tool_response>"),
+        ToolProtocol::Vcp => ("<<<[TOOL_REQUEST]>>>", "<<<[TOOL_RESULT]>>>"),
+        ToolProtocol::Json => ("{\"tool_calls\": [", "{\"tool_results\": ["),
+        ToolProtocol::Native => unreachable!(),
+    };
+    let json_format = (protocol == ToolProtocol::Json).then(|| json!({"type": "json_object"}));
+    for request in requests {
+        assert!(request.get("tools").is_none(), "{request}");
+        assert!(request.get("tool_choice").is_none(), "{request}");
+        assert_eq!(
+            request.get("response_format").cloned(),
+            json_format,
+            "{request}"
+        );
+        let messages = request["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["role"], "system");
+        let system = messages[0]["content"].as_str().unwrap();
+        assert!(
+            system.contains("get_weather") && system.contains("current_time"),
+            "{system}"
+        );
+        assert!(
+            messages
+                .iter()
+                .all(|m| m["role"] != "tool" && m.get("tool_calls").is_none())
+        );
+    }
+    let last = requests[2]["messages"].as_array().unwrap();
+    let assistants: Vec<&str> = last
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(assistants.len(), 2, "{last:?}");
+    assert!(
+        assistants.iter().all(|a| a.contains(call_marker)),
+        "{assistants:?}"
+    );
+    let results: Vec<&str> = last
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str())
+        .filter(|c| c.contains(result_marker))
+        .collect();
+    assert_eq!(results.len(), 2, "{last:?}");
+    assert!(results[1].contains("Sunny, 21 °C"), "{results:?}");
+}
