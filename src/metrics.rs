@@ -32,6 +32,7 @@ const TOKENS: &str = "switchyard_tokens_total";
 const MCP_SERVER_UP: &str = "switchyard_mcp_server_up";
 const MCP_SERVER_TOOLS: &str = "switchyard_mcp_server_tools";
 const UPSTREAM_PROBE: &str = "switchyard_upstream_probe";
+const TEXT_TOOL_CALLS: &str = "switchyard_text_tool_calls_total";
 
 /// Seconds, from a millisecond to a minute: requests and tool calls.
 const SHORT: &[f64] = &[
@@ -200,6 +201,10 @@ fn describe() {
     );
     describe_histogram!(WRITER_COMMIT, Unit::Seconds, "Event-writer commit latency");
     describe_counter!(TOKENS, "Tokens used, by model and kind (input, output)");
+    describe_counter!(
+        TEXT_TOOL_CALLS,
+        "Calls read from a model's text (a text tool_protocol), by protocol and outcome: read, repaired, turned_back (unreadable, the model asked again), left_as_text (unreadable again)"
+    );
     describe_gauge!(
         MCP_SERVER_UP,
         "Whether this instance is connected to a configured MCP server (1) or not (0), by server"
@@ -338,6 +343,12 @@ pub fn upstream_turn(provider: &str, model: &str, took: Duration) {
 /// `kind`: the error's code (`upstream_timeout`, `upstream_rate_limited`, …).
 pub fn upstream_error(provider: &str, kind: &'static str) {
     counter!(UPSTREAM_ERRORS, "provider" => provider.to_string(), "kind" => kind).increment(1);
+}
+
+/// A call written in a model's text (SPEC §15); `outcome`: `read`, `repaired`, `turned_back`
+/// or `left_as_text`.
+pub fn text_tool_call(protocol: &'static str, outcome: &'static str) {
+    counter!(TEXT_TOOL_CALLS, "protocol" => protocol, "outcome" => outcome).increment(1);
 }
 
 /// An executed server tool call; `outcome`: `ok` or what failed it.

@@ -413,6 +413,7 @@ impl Engine {
                 set: prepared.tools,
                 limits: prepared.limits,
                 calls_used,
+                turned_back: false,
             },
             waits: Waits {
                 decisions: launch.decisions,

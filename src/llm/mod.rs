@@ -75,6 +75,13 @@ pub enum ModelEvent {
         /// The provider's signature of the call, to be sent back with it ([`opaque`]).
         signature: Option<String>,
     },
+    /// A call written in the text (a text tool protocol) that could not be read, as written,
+    /// and why.
+    MalformedCall {
+        protocol: &'static str,
+        raw: String,
+        reason: String,
+    },
     /// Fragments of the provider's reasoning blocks (OpenRouter's `reasoning_details`), to be
     /// sent back with the turn ([`opaque`]).
     ReasoningDetails(Vec<Value>),

@@ -177,3 +177,84 @@ fn check_requests(protocol: ToolProtocol, requests: &[Value]) {
     assert_eq!(results.len(), 2, "{last:?}");
     assert!(results[1].contains("Sunny, 21 °C"), "{results:?}");
 }
+
+#[tokio::test]
+async fn an_unreadable_call_is_turned_back_to_the_model_once_then_left_as_text() {
+    let broken =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }}\n</tool_call>";
+    let unreadable = |text: &str| Turn {
+        steps: vec![
+            fake_llm::Step::Text { text: text.into() },
+            fake_llm::Step::Finish {
+                reason: "stop".into(),
+            },
+        ],
+    };
+    let llm = FakeLlm::start_writing_calls(ToolText::Hermes)
+        .await
+        .unwrap();
+    llm.push(unreadable(broken));
+    llm.push(Turn::tool_call(
+        "call_w",
+        "get_weather",
+        r#"{"city":"Oslo"}"#,
+    ));
+    let app = TestApp::builder()
+        .config(|c| c.llm.provider.tool_protocol = Some(ToolProtocol::Hermes))
+        .upstream(llm)
+        .start()
+        .await;
+    let tools = json!([{"type": "function", "name": "get_weather",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let sse = app
+        .stream(&json!({"model": "gpt-4o-mini", "input": "Weather in Oslo?", "tools": tools}))
+        .await;
+    // The client sees the call the model wrote when asked again, and nothing of the first.
+    let response = &sse.last().data["response"];
+    assert_eq!(response["status"], "completed", "{response}");
+    let kinds: Vec<&str> = response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["function_call"], "{response}");
+    assert!(
+        !sse.events
+            .iter()
+            .any(|e| e.data.to_string().contains("tool_call>"))
+    );
+    let requests = app.llm.requests();
+    let told = requests[1]["messages"].to_string();
+    assert!(
+        told.contains("Your tool call could not be read: the call is not JSON"),
+        "{told}"
+    );
+
+    // Unreadable again after being asked: the text as the model wrote it.
+    app.llm.push(unreadable(broken));
+    app.llm.push(unreadable(broken));
+    let sse = app
+        .stream(&json!({"model": "gpt-4o-mini", "input": "Again?", "tools": tools}))
+        .await;
+    let response = &sse.last().data["response"];
+    assert_eq!(response["status"], "completed", "{response}");
+    assert_eq!(response["output"][0]["type"], "message", "{response}");
+    assert_eq!(response["output"][0]["content"][0]["text"], broken);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // (The recorder is the process's: other tests' calls count too.)
+    for outcome in ["turned_back", "left_as_text", "read"] {
+        let series = format!(
+            "switchyard_text_tool_calls_total{{protocol=\"hermes\",outcome=\"{outcome}\"}}"
+        );
+        assert!(metrics.contains(&series), "{series}\n{metrics}");
+    }
+}

@@ -93,6 +93,9 @@ pub(super) struct Tools {
     pub limits: RunLimits,
     /// Server calls made so far, for `max_tool_calls`.
     pub calls_used: u64,
+    /// A call the model wrote in its text could not be read and the model was asked again
+    /// (once per execution; the next unreadable one stays text).
+    pub turned_back: bool,
 }
 
 /// What the run will wait for if it pauses, and the answers it resumes with.

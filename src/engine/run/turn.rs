@@ -72,6 +72,16 @@ pub(super) struct Turn {
     details: Vec<serde_json::Value>,
 }
 
+/// A call written in the model's text that could not be read ([`ModelEvent::MalformedCall`]).
+struct Unreadable {
+    protocol: &'static str,
+    raw: String,
+    reason: String,
+}
+
+/// The name an unreadable call is shown to the model under ([`RunTask::malformed_call`]).
+const UNREADABLE_CALL: &str = "unreadable_tool_call";
+
 /// One chunk of a tool call ([`ModelEvent::ToolCallDelta`]).
 struct CallDelta {
     index: u32,
@@ -167,6 +177,18 @@ impl RunTask {
                     };
                     Box::pin(self.call_delta(calls, &mut turn, delta)).await;
                 }
+                Ok(ModelEvent::MalformedCall {
+                    protocol,
+                    raw,
+                    reason,
+                }) => {
+                    let unreadable = Unreadable {
+                        protocol,
+                        raw,
+                        reason,
+                    };
+                    Box::pin(self.malformed_call(&mut open, &mut turn, unreadable)).await;
+                }
                 Ok(ModelEvent::ReasoningDetails(fragments)) => {
                     crate::llm::opaque::merge_details(&mut turn.details, fragments);
                 }
@@ -224,6 +246,50 @@ impl RunTask {
         };
         let event = message.push(delta);
         self.out.emitter.emit(event).await;
+    }
+
+    /// A call the model wrote in its text could not be read: the first time in this execution
+    /// the model is asked again, through a hidden refused call whose result says what could
+    /// not be read (the client sees nothing of it); after that the text stays as it was.
+    async fn malformed_call(
+        &mut self,
+        open: &mut Streaming,
+        turn: &mut Turn,
+        unreadable: Unreadable,
+    ) {
+        let Unreadable {
+            protocol,
+            raw,
+            reason,
+        } = unreadable;
+        if self.tools.turned_back || !self.accepts_call(turn) {
+            tracing::warn!(%reason, "a call in the model's text could not be read; it stays text");
+            crate::metrics::text_tool_call(protocol, "left_as_text");
+            self.text_delta(open, turn, &raw).await;
+            return;
+        }
+        tracing::warn!(%reason, "a call in the model's text could not be read; the model is asked again");
+        crate::metrics::text_tool_call(protocol, "turned_back");
+        self.tools.turned_back = true;
+        if open.message.is_some() || open.reasoning.is_some() {
+            self.close_text(open, ItemStatus::Completed).await;
+        }
+        let call = ServerCall {
+            name: UNREADABLE_CALL.into(),
+            server_label: "switchyard".into(),
+            arguments: "{}".into(),
+            options: crate::tools::ToolOptions {
+                hidden: true,
+                ..Default::default()
+            },
+            approval_request_id: None,
+            item_id: ids::new(ids::MCP_CALL),
+        };
+        turn.accepted += 1;
+        turn.calls.refuse(
+            call,
+            format!("Your tool call could not be read: {reason}. Write it again exactly in the format the system prompt gives."),
+        );
     }
 
     /// Closes the turn's open reasoning and message, if any, with `status`.

@@ -36,6 +36,15 @@ pub enum TextProtocol {
 }
 
 impl TextProtocol {
+    /// Its name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            TextProtocol::Hermes => "hermes",
+            TextProtocol::Vcp => "vcp",
+            TextProtocol::Json => "json",
+        }
+    }
+
     /// The markers of a marked protocol's blocks (JSON has none).
     fn open(self) -> &'static str {
         match self {
@@ -257,6 +266,7 @@ mod tests;
 /// whole `ToolCallDelta` per call (its arguments given the types the tool's schema asks for,
 /// since some protocols write every value as text).
 pub struct TextCalls {
+    protocol: TextProtocol,
     parser: AnyParser,
     /// Each tool's parameters schema, by name.
     schemas: std::collections::HashMap<String, Value>,
@@ -267,6 +277,7 @@ pub struct TextCalls {
 impl TextCalls {
     pub fn new(protocol: TextProtocol, tools: &[crate::llm::ToolSpec]) -> TextCalls {
         TextCalls {
+            protocol,
             parser: match protocol {
                 TextProtocol::Json => AnyParser::Json(json::JsonReplyParser::new()),
                 marked => AnyParser::Marked(TextCallParser::new(marked)),
@@ -308,9 +319,14 @@ impl TextCalls {
             let event = match piece {
                 Piece::Text(text) => ModelEvent::TextDelta(text),
                 Piece::Call(call) => {
+                    let outcome = match call.repaired {
+                        true => "repaired",
+                        false => "read",
+                    };
                     if call.repaired {
                         tracing::info!(tool = %call.name, "a text-protocol call was repaired to parse");
                     }
+                    crate::metrics::text_tool_call(self.protocol.name(), outcome);
                     let arguments = match self.schemas.get(&call.name) {
                         Some(schema) => coerce(call.arguments, schema),
                         None => call.arguments,
@@ -324,11 +340,12 @@ impl TextCalls {
                         signature: None,
                     }
                 }
-                // The text as it was: the model is shown it again, and so is the client.
-                Piece::Malformed { raw, reason } => {
-                    tracing::warn!(%reason, "a text-protocol call could not be read; it stays text");
-                    ModelEvent::TextDelta(raw)
-                }
+                // The run decides: the model is asked again, or the text stays as it was.
+                Piece::Malformed { raw, reason } => ModelEvent::MalformedCall {
+                    protocol: self.protocol.name(),
+                    raw,
+                    reason,
+                },
             };
             out.push_back(Ok(event));
         }
