@@ -258,3 +258,61 @@ async fn an_unreadable_call_is_turned_back_to_the_model_once_then_left_as_text()
         assert!(metrics.contains(&series), "{series}\n{metrics}");
     }
 }
+
+#[tokio::test]
+async fn an_approval_works_the_same_in_every_text_protocol() {
+    for (protocol, syntax) in [
+        (ToolProtocol::Hermes, ToolText::Hermes),
+        (ToolProtocol::Vcp, ToolText::Vcp),
+        (ToolProtocol::Json, ToolText::Json),
+    ] {
+        let llm = FakeLlm::start_writing_calls(syntax).await.unwrap();
+        llm.push(Turn::tool_call(
+            "call_1",
+            "calculator",
+            r#"{"expression": "2+3"}"#,
+        ));
+        llm.push(Turn::text("It is 5."));
+        let app = TestApp::builder()
+            .config(move |c| c.llm.provider.tool_protocol = Some(protocol))
+            .upstream(llm)
+            .start()
+            .await;
+        let tools =
+            json!([{"type": "mcp", "server_label": "builtin", "require_approval": "always"}]);
+        let (status, paused) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "input": "2+3?", "tools": tools}),
+            )
+            .await;
+        assert_eq!(status, 200, "{protocol:?}: {paused}");
+        let request = paused["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "mcp_approval_request")
+            .unwrap_or_else(|| panic!("{protocol:?}: {paused}"))
+            .clone();
+        assert_eq!(request["name"], "calculator");
+        let (status, answered) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "tools": tools, "previous_response_id": paused["id"],
+                        "input": [{"type": "mcp_approval_response",
+                                   "approval_request_id": request["id"], "approve": true}]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{protocol:?}: {answered}");
+        let call = answered["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "mcp_call")
+            .unwrap_or_else(|| panic!("{protocol:?}: {answered}"))
+            .clone();
+        assert_eq!(call["output"], "5", "{protocol:?}: {call}");
+        let last = answered["output"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["content"][0]["text"], "It is 5.", "{protocol:?}: {answered}");
+    }
+}
