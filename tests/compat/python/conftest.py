@@ -13,8 +13,10 @@ _log_files: list[Path] = []
 
 
 @contextmanager
-def running_services(tmp_path_factory: pytest.TempPathFactory, **settings: str) -> Iterator[Services]:
-    svc = Services(tmp_path_factory.mktemp("switchyard"), settings)
+def running_services(
+    tmp_path_factory: pytest.TempPathFactory, fake_args: list[str] | None = None, **settings: str
+) -> Iterator[Services]:
+    svc = Services(tmp_path_factory.mktemp("switchyard"), settings, fake_args)
     _log_files.extend(svc.logs)
     try:
         svc.start()

@@ -252,12 +252,16 @@ class FakeLLM:
 class Services:
     """fake-llm and switchyard as subprocesses, logs captured to files in `workdir`.
 
-    `settings` are extra `SWITCHYARD__…` variables for switchyard (SPEC §11).
+    `settings` are extra `SWITCHYARD__…` variables for switchyard (SPEC §11); `fake_args` extra
+    arguments for fake-llm.
     """
 
-    def __init__(self, workdir: Path, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, workdir: Path, settings: dict[str, str] | None = None, fake_args: list[str] | None = None
+    ) -> None:
         self.workdir = workdir
         self.settings = settings or {}
+        self.fake_args = fake_args or []
         self.fake_log = workdir / "fake-llm.log"
         self.switchyard_log = workdir / "switchyard.log"
         self._procs: list[tuple[subprocess.Popen[bytes], Any]] = []
@@ -287,7 +291,9 @@ class Services:
         env.setdefault("RUST_LOG", "info")
         env.setdefault("RUST_BACKTRACE", "1")
 
-        fake = self._spawn([str(binary("FAKE_LLM_BIN", "fake-llm")), "--listen", "127.0.0.1:0"], self.fake_log, env)
+        fake = self._spawn(
+            [str(binary("FAKE_LLM_BIN", "fake-llm")), "--listen", "127.0.0.1:0", *self.fake_args], self.fake_log, env
+        )
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self.fake_url:
             match = re.search(rb"listening on (http://127\.0\.0\.1:\d+)", self.fake_log.read_bytes())
