@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from agents import Runner
+from agents import Runner, set_tracing_disabled
 
 from conftest import running_services
 from harness import HTTP_TIMEOUT_S, MODEL, FakeLLM, Services, text_turn, tool_call_turn
@@ -30,6 +30,14 @@ WEATHER_TOOL: dict[str, Any] = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 MARKERS = ["<tool_call", "</tool_call", "<<<[", "]>>>", "「始」", '"tool_calls"', '"response"']
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_tracing() -> Iterator[None]:
+    # The SDK would otherwise export traces to api.openai.com.
+    set_tracing_disabled(True)
+    yield
+    set_tracing_disabled(False)
 
 
 @pytest.fixture(scope="module", params=PROTOCOLS)
