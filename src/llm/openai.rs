@@ -1248,6 +1248,55 @@ mod tests {
     }
 
     #[test]
+    fn a_call_written_inside_think_tags_is_reasoning_not_a_call() {
+        let mut dialect = Dialect::of(crate::config::Profile::Generic);
+        dialect.tool_protocol = ToolProtocol::Hermes;
+        let request = ModelRequest {
+            model: "m".into(),
+            tools: vec![crate::llm::ToolSpec {
+                name: "f".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+                strict: None,
+            }],
+            ..ModelRequest::default()
+        };
+        let mut reader = Reader::of(&dialect, &request);
+        let mut out = VecDeque::new();
+        let chunks = [
+            "<think>I could write <tool_",
+            "call>{\"name\": \"f\"}</tool_call> here.</think>Done: <tool_call>{\"name\": \"f\", ",
+            "\"arguments\": {}}</tool_call>",
+        ];
+        for chunk in chunks {
+            let payload = json!({"choices": [{"delta": {"content": chunk}}]}).to_string();
+            parse_payload(&payload, &mut out, &mut reader);
+        }
+        parse_payload(
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            &mut out,
+            &mut reader,
+        );
+        let mut reasoning = String::new();
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        let mut finish = None;
+        for event in out {
+            match event.unwrap() {
+                ModelEvent::ReasoningDelta(t) => reasoning.push_str(&t),
+                ModelEvent::TextDelta(t) => text.push_str(&t),
+                ModelEvent::ToolCallDelta { name, arguments, .. } => calls.push((name, arguments)),
+                ModelEvent::Finish(reason) => finish = Some(reason),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(reasoning, "I could write <tool_call>{\"name\": \"f\"}</tool_call> here.");
+        assert_eq!(text, "Done:");
+        assert_eq!(calls, [(Some("f".to_string()), "{}".to_string())]);
+        assert_eq!(finish, Some(FinishReason::ToolCalls), "a reply that called finished so");
+    }
+
+    #[test]
     fn chunks_become_text_tool_call_usage_and_finish_events() {
         let mut out = VecDeque::new();
         let mut reader = Reader::new(ReasoningFormat::ThinkTags);
