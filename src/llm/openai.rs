@@ -1285,15 +1285,24 @@ mod tests {
             match event.unwrap() {
                 ModelEvent::ReasoningDelta(t) => reasoning.push_str(&t),
                 ModelEvent::TextDelta(t) => text.push_str(&t),
-                ModelEvent::ToolCallDelta { name, arguments, .. } => calls.push((name, arguments)),
+                ModelEvent::ToolCallDelta {
+                    name, arguments, ..
+                } => calls.push((name, arguments)),
                 ModelEvent::Finish(reason) => finish = Some(reason),
                 other => panic!("{other:?}"),
             }
         }
-        assert_eq!(reasoning, "I could write <tool_call>{\"name\": \"f\"}</tool_call> here.");
+        assert_eq!(
+            reasoning,
+            "I could write <tool_call>{\"name\": \"f\"}</tool_call> here."
+        );
         assert_eq!(text, "Done:");
         assert_eq!(calls, [(Some("f".to_string()), "{}".to_string())]);
-        assert_eq!(finish, Some(FinishReason::ToolCalls), "a reply that called finished so");
+        assert_eq!(
+            finish,
+            Some(FinishReason::ToolCalls),
+            "a reply that called finished so"
+        );
     }
 
     #[test]

@@ -312,7 +312,15 @@ async fn an_approval_works_the_same_in_every_text_protocol() {
             .unwrap_or_else(|| panic!("{protocol:?}: {answered}"))
             .clone();
         assert_eq!(call["output"], "5", "{protocol:?}: {call}");
-        let last = answered["output"].as_array().unwrap().last().unwrap().clone();
-        assert_eq!(last["content"][0]["text"], "It is 5.", "{protocol:?}: {answered}");
+        let last = answered["output"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            last["content"][0]["text"], "It is 5.",
+            "{protocol:?}: {answered}"
+        );
     }
 }
