@@ -324,3 +324,48 @@ async fn an_approval_works_the_same_in_every_text_protocol() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_custom_tool_call_written_in_text_is_a_custom_tool_call_item() {
+    for (protocol, syntax) in [
+        (ToolProtocol::Hermes, ToolText::Hermes),
+        (ToolProtocol::Vcp, ToolText::Vcp),
+        (ToolProtocol::Json, ToolText::Json),
+    ] {
+        let llm = FakeLlm::start_writing_calls(syntax).await.unwrap();
+        llm.push(Turn::tool_call(
+            "call_e",
+            "exec",
+            r#"{"input": "ls -la 「x」"}"#,
+        ));
+        llm.push(Turn::text("Listed."));
+        let app = TestApp::builder()
+            .config(move |c| c.llm.provider.tool_protocol = Some(protocol))
+            .upstream(llm)
+            .start()
+            .await;
+        let tools = json!([{"type": "custom", "name": "exec", "description": "Runs a command."}]);
+        let (status, paused) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "input": "list", "tools": tools}),
+            )
+            .await;
+        assert_eq!(status, 200, "{protocol:?}: {paused}");
+        let call = &paused["output"][0];
+        assert_eq!(call["type"], "custom_tool_call", "{protocol:?}: {paused}");
+        assert_eq!(call["input"], "ls -la 「x」", "{protocol:?}");
+        let (status, done) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "previous_response_id": paused["id"], "tools": tools,
+                        "input": [{"type": "custom_tool_call_output", "call_id": call["call_id"],
+                                   "output": "a b c"}]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{protocol:?}: {done}");
+        assert_eq!(done["output"][0]["content"][0]["text"], "Listed.");
+        let sent = app.llm.requests()[1]["messages"].to_string();
+        assert!(sent.contains("a b c"), "{protocol:?}: {sent}");
+    }
+}
