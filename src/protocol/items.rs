@@ -185,7 +185,8 @@ pub enum ItemStatus {
     InProgress,
     Completed,
     Incomplete,
-    /// A server tool call that ended in an error (`mcp_call` only).
+    /// A server tool call that ended in an error, or a tool server's listing that failed
+    /// (`mcp_call`, `mcp_list_tools`).
     Failed,
 }
 

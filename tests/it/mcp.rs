@@ -910,6 +910,7 @@ async fn a_slow_or_absent_server_holds_up_neither_the_start_nor_the_runs() {
                 "The MCP server '{label}' is not connected; its tools are unavailable for now."
             )
         );
+        assert_eq!(listing["status"], "failed", "after mcp_list_tools.failed");
     }
     let failed = sse
         .types()
@@ -922,6 +923,7 @@ async fn a_slow_or_absent_server_holds_up_neither_the_start_nor_the_runs() {
         .find(|i| i["type"] == "mcp_list_tools" && i["server_label"] == "builtin")
         .unwrap();
     assert!(builtin.get("error").is_none(), "{builtin}");
+    assert_eq!(builtin["status"], "completed");
 }
 
 #[tokio::test]

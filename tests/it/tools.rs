@@ -78,6 +78,16 @@ async fn a_tool_turn_then_a_text_turn_streams_the_call_and_feeds_the_result_back
     assert_eq!(call["type"], "mcp_call");
     assert_eq!(call["server_label"], "builtin");
     assert_eq!(call["name"], "calculator");
+    // The arguments arrive in the delta only: a client that concatenates the deltas onto the
+    // added item gets them once.
+    assert_eq!(sse.events[6].data["item"]["arguments"], "");
+    let mut arguments = sse.events[6].data["item"]["arguments"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    arguments.push_str(sse.events[7].data["delta"].as_str().unwrap());
+    assert_eq!(arguments, r#"{"expression": "6 * 7"}"#);
+    assert_eq!(call["arguments"], arguments.as_str());
     assert_eq!(call["arguments"], r#"{"expression": "6 * 7"}"#);
     assert_eq!(call["output"], "42");
     assert_eq!(call["error"], Value::Null);

@@ -543,15 +543,25 @@ impl Output {
             },
         };
         self.emitter.emit(event).await;
-        listing.status = Some(ItemStatus::Completed);
+        listing.status = Some(match failed {
+            true => ItemStatus::Failed,
+            false => ItemStatus::Completed,
+        });
         self.done(output_index, Item::McpListTools(listing)).await;
     }
 
     /// Opens a server call's `mcp_call` item: added, arguments, in progress.
     pub async fn open_call(&mut self, call: &ServerCall) -> usize {
         let item_id = call.item_id.clone();
-        let output_index = self.push(Item::McpCall(running_item(call)));
+        // Added with no arguments: they arrive in the delta, as OpenAI streams them (a client
+        // that concatenates the deltas onto the added item would otherwise see them twice).
+        let announced = McpCall {
+            arguments: String::new(),
+            ..running_item(call)
+        };
+        let output_index = self.push(Item::McpCall(announced));
         self.added(output_index).await;
+        self.body.output[output_index] = Item::McpCall(running_item(call));
         self.emitter
             .emit(Event::McpCallArgumentsDelta {
                 item_id: item_id.clone(),
