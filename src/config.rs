@@ -78,9 +78,25 @@ pub struct ToolsConfig {
     /// each; unmapped ones are left out of what the model sees.
     #[serde(default)]
     pub hosted: BTreeMap<String, String>,
+    /// What a request's hosted tool of a type not in `hosted` gets.
+    #[serde(default)]
+    pub unmapped_hosted: UnmappedHosted,
     /// Tools taken out of the registry altogether (a built-in one such as `fetch_url`).
     #[serde(default)]
     pub disabled: Vec<String>,
+}
+
+/// What a request's hosted tool (`web_search`, …) of a type no tool server is configured for
+/// gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnmappedHosted {
+    /// Left out of what the model sees (Codex sends `web_search` unasked), logged once per
+    /// type and counted in `switchyard_unmapped_hosted_tools_total`.
+    #[default]
+    Ignore,
+    /// A 400 naming `tools[i].type` and the setting that would map it.
+    Refuse,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]

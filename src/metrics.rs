@@ -33,6 +33,7 @@ const MCP_SERVER_UP: &str = "switchyard_mcp_server_up";
 const MCP_SERVER_TOOLS: &str = "switchyard_mcp_server_tools";
 const UPSTREAM_PROBE: &str = "switchyard_upstream_probe";
 const TEXT_TOOL_CALLS: &str = "switchyard_text_tool_calls_total";
+const UNMAPPED_HOSTED: &str = "switchyard_unmapped_hosted_tools_total";
 
 /// Seconds, from a millisecond to a minute: requests and tool calls.
 const SHORT: &[f64] = &[
@@ -202,6 +203,10 @@ fn describe() {
     describe_histogram!(WRITER_COMMIT, Unit::Seconds, "Event-writer commit latency");
     describe_counter!(TOKENS, "Tokens used, by model and kind (input, output)");
     describe_counter!(
+        UNMAPPED_HOSTED,
+        "Hosted tools of requests left out because no tool server runs their type (tools.hosted), by type"
+    );
+    describe_counter!(
         TEXT_TOOL_CALLS,
         "Calls read from a model's text (a text tool_protocol), by protocol and outcome: read, repaired, turned_back (unreadable, the model asked again), left_as_text (unreadable again)"
     );
@@ -343,6 +348,13 @@ pub fn upstream_turn(provider: &str, model: &str, took: Duration) {
 /// `kind`: the error's code (`upstream_timeout`, `upstream_rate_limited`, …).
 pub fn upstream_error(provider: &str, kind: &'static str) {
     counter!(UPSTREAM_ERRORS, "provider" => provider.to_string(), "kind" => kind).increment(1);
+}
+
+/// A request's hosted tool left out: no tool server runs its `kind`, counted under its type
+/// without a date (a closed set).
+pub fn unmapped_hosted_tool(kind: &str) {
+    let kind = crate::protocol::tools::hosted_type(kind).unwrap_or("other");
+    counter!(UNMAPPED_HOSTED, "type" => kind).increment(1);
 }
 
 /// A call written in a model's text (SPEC §15); `outcome`: `read`, `repaired`, `turned_back`

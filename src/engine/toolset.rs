@@ -371,7 +371,8 @@ impl Resolving {
 
     /// A hosted tool type: the tool server the operator maps it to, as if the request had
     /// enabled that server; without a mapping it is left out of what the model sees (it
-    /// stays in the echoed `tools`), and logged once per type.
+    /// stays in the echoed `tools`), logged once per type and counted, or refused
+    /// (`tools.unmapped_hosted`).
     fn hosted(
         &mut self,
         registry: &ToolRegistry,
@@ -380,7 +381,16 @@ impl Resolving {
         kind: &str,
     ) -> Result<(), FieldError> {
         let Some(label) = registry.hosted(kind) else {
+            if registry.unmapped_hosted() == crate::config::UnmappedHosted::Refuse {
+                return Err(FieldError::new(
+                    format!("{path}.type"),
+                    format!(
+                        "The hosted tool type '{kind}' is not available on this server: no tool server is configured to run it (the operator can map one with tools.hosted.{kind})."
+                    ),
+                ));
+            }
             log_unmapped_once(kind);
+            crate::metrics::unmapped_hosted_tool(kind);
             return Ok(());
         };
         if self.servers.contains_key(label) {

@@ -62,15 +62,25 @@ pub const HOSTED_TOOL_TYPES: &[&str] = &[
 /// Whether `kind` names a hosted tool type (dated variants such as
 /// `web_search_preview_2025_03_11` included).
 pub fn is_hosted_type(kind: &str) -> bool {
-    HOSTED_TOOL_TYPES.iter().any(|hosted| {
-        kind == *hosted
-            || kind
-                .strip_prefix(hosted)
-                .and_then(|rest| rest.strip_prefix('_'))
-                .is_some_and(|date| {
-                    !date.is_empty() && date.chars().all(|c| c.is_ascii_digit() || c == '_')
-                })
-    })
+    hosted_type(kind).is_some()
+}
+
+/// The hosted tool type `kind` names, without its date (`web_search_preview` for
+/// `web_search_preview_2025_03_11`); the longest one that fits.
+pub fn hosted_type(kind: &str) -> Option<&'static str> {
+    HOSTED_TOOL_TYPES
+        .iter()
+        .filter(|hosted| {
+            kind == **hosted
+                || kind
+                    .strip_prefix(**hosted)
+                    .and_then(|rest| rest.strip_prefix('_'))
+                    .is_some_and(|date| {
+                        !date.is_empty() && date.chars().all(|c| c.is_ascii_digit() || c == '_')
+                    })
+        })
+        .max_by_key(|hosted| hosted.len())
+        .copied()
 }
 
 /// A tool the client executes, taking free-form text (`"type": "custom"`).

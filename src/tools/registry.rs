@@ -144,6 +144,8 @@ pub struct ToolRegistry {
     by_name: HashMap<String, Arc<RegisteredTool>>,
     /// Hosted tool types (`web_search`, …) and the tool server that runs each.
     hosted: BTreeMap<String, String>,
+    /// What a request's hosted tool of another type gets.
+    unmapped_hosted: crate::config::UnmappedHosted,
     /// Each MCP server's tools as last discovered (none while it is down).
     discovered: BTreeMap<String, Discovered>,
     /// Held while a discovered list is checked and published, so that two servers cannot
@@ -185,6 +187,7 @@ impl ToolRegistry {
             by_name: HashMap::new(),
             default_timeout: Duration::from_secs(30),
             hosted: BTreeMap::new(),
+            unmapped_hosted: Default::default(),
             discovered: BTreeMap::new(),
         }
     }
@@ -260,6 +263,7 @@ impl ToolRegistry {
         for (kind, label) in &config.tools.hosted {
             errors.extend(builder.hosted(kind, label).err());
         }
+        builder.unmapped_hosted = config.tools.unmapped_hosted;
         for (i, name) in config.tools.disabled.iter().enumerate() {
             if !names.contains(name) {
                 let known: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -281,6 +285,11 @@ impl ToolRegistry {
     /// The tool server the operator maps a hosted tool type to.
     pub fn hosted(&self, kind: &str) -> Option<&str> {
         self.hosted.get(kind).map(String::as_str)
+    }
+
+    /// What a request's hosted tool of a type no tool server runs gets.
+    pub fn unmapped_hosted(&self) -> crate::config::UnmappedHosted {
+        self.unmapped_hosted
     }
 
     /// A tool server with its tools as they are now (an MCP server's current snapshot).
@@ -428,6 +437,7 @@ pub struct ToolRegistryBuilder {
     by_name: HashMap<String, Arc<RegisteredTool>>,
     default_timeout: Duration,
     hosted: BTreeMap<String, String>,
+    unmapped_hosted: crate::config::UnmappedHosted,
     discovered: BTreeMap<String, ToolServer>,
 }
 
@@ -550,6 +560,7 @@ impl ToolRegistryBuilder {
                 .collect(),
             by_name: self.by_name,
             hosted: self.hosted,
+            unmapped_hosted: self.unmapped_hosted,
             discovered: self
                 .discovered
                 .into_iter()

@@ -484,6 +484,51 @@ async fn a_hosted_tool_type_mapped_to_a_tool_server_runs_there() {
 }
 
 #[tokio::test]
+async fn an_unmapped_hosted_tool_is_left_out_and_counted_or_refused_as_the_operator_says() {
+    let request = json!({"model": "gpt-4o-mini", "input": "hi", "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object"}},
+        {"type": "web_search_preview_2025_03_11"}]});
+    // Ignored (the default): the run goes on without it; the model is not offered it.
+    let app = TestApp::start().await;
+    app.llm.push(Turn::text("Hello."));
+    let (status, body) = app.post("/v1/responses", &request).await;
+    assert_eq!(status, 200, "{body}");
+    let offered = &app.llm.requests()[0]["tools"];
+    assert_eq!(offered.as_array().unwrap().len(), 1, "{offered}");
+    assert_eq!(
+        body["tools"][1]["type"], "web_search_preview_2025_03_11",
+        "echoed as given"
+    );
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"switchyard_unmapped_hosted_tools_total{type="web_search_preview"}"#),
+        "{metrics}"
+    );
+
+    // Refused: a 400 naming the entry and the setting that would map it; nothing is stored.
+    let app = TestApp::builder()
+        .config(|c| c.tools.unmapped_hosted = switchyard::config::UnmappedHosted::Refuse)
+        .start()
+        .await;
+    let (status, body) = app.post("/v1/responses", &request).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "tools[1].type");
+    assert_eq!(
+        body["error"]["message"],
+        "The hosted tool type 'web_search_preview_2025_03_11' is not available on this server: no tool server is configured to run it (the operator can map one with tools.hosted.web_search_preview_2025_03_11)."
+    );
+    assert!(app.llm.requests().is_empty());
+}
+
+#[tokio::test]
 async fn hosted_mcp_as_the_vercel_ai_sdk_declares_it_is_accepted_and_listed_without_nulls() {
     let app = TestApp::builder().script([Turn::text("ok")]).start().await;
     let (status, body) = app
