@@ -84,6 +84,14 @@ pub struct ToolsConfig {
     /// Tools taken out of the registry altogether (a built-in one such as `fetch_url`).
     #[serde(default)]
     pub disabled: Vec<String>,
+    /// `/readyz` answers 503 until every MCP server has listed its tools once, or has been
+    /// failing for this long since its first attempt.
+    #[serde(default = "default_mcp_ready_wait_ms")]
+    pub mcp_ready_wait_ms: u64,
+}
+
+fn default_mcp_ready_wait_ms() -> u64 {
+    10_000
 }
 
 /// What a request's hosted tool (`web_search`, …) of a type no tool server is configured for

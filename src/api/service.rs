@@ -117,7 +117,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// Longest a readiness check waits for the database.
 const READY_WAIT: Duration = Duration::from_secs(1);
 
-/// Ready: not stopping, and the database answers (within a second) with the migrations
+/// Ready: not stopping, every MCP server has listed its tools once (or has been failing for
+/// `tools.mcp_ready_wait_ms`), and the database answers (within a second) with the migrations
 /// applied. A load balancer stops routing here as soon as shutdown begins.
 #[utoipa::path(
     get,
@@ -125,8 +126,10 @@ const READY_WAIT: Duration = Duration::from_secs(1);
     tag = "operations",
     operation_id = "ready",
     summary = "Readiness",
-    description = "200 when the database answers within a second with the migrations applied; \
-        503 when it does not, and as soon as shutdown begins.",
+    description = "200 when the database answers within a second with the migrations applied \
+        and every configured MCP server has listed its tools once (or has been failing for \
+        tools.mcp_ready_wait_ms, 10 s by default); 503 otherwise, naming what it waits for, \
+        and as soon as shutdown begins.",
     responses(
         (status = 200, description = "Ready.", body = Readiness),
         (status = 503, response = ServiceUnavailable),
@@ -135,6 +138,13 @@ const READY_WAIT: Duration = Duration::from_secs(1);
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Readiness>, ApiError> {
     if state.stopping.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(ApiError::Unavailable("shutting down".into()));
+    }
+    let awaited = state.engine.mcp_servers_awaited();
+    if !awaited.is_empty() {
+        return Err(ApiError::Unavailable(format!(
+            "waiting for MCP servers to list their tools: {}",
+            awaited.join(", ")
+        )));
     }
     let store = state.engine.store();
     match tokio::time::timeout(READY_WAIT, store.ping()).await {

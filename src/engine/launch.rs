@@ -146,6 +146,7 @@ impl Engine {
             .collect();
         let mut model_request = run::model_request(&model, request);
         model_request.tools = tools.specs();
+        model_request.renamed = tools.renamed();
         if !model_request.tools.is_empty() {
             model_request.tool_choice = tools.choice.clone();
         }

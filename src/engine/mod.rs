@@ -187,6 +187,13 @@ impl Engine {
         &self.inner.store
     }
 
+    /// The MCP servers this instance is not ready without yet
+    /// ([`ToolRegistry::awaited`](crate::tools::registry::ToolRegistry::awaited)).
+    pub fn mcp_servers_awaited(&self) -> Vec<&str> {
+        let bound = std::time::Duration::from_millis(self.inner.settings.tools.mcp_ready_wait_ms);
+        self.inner.registry.awaited(bound)
+    }
+
     /// The hub, so the application can drain it after shutdown.
     pub fn hub(&self) -> &EventHub {
         &self.inner.hub

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 
 use super::Engine;
@@ -21,15 +22,15 @@ use crate::tools::mcp::{RESERVED_HEADERS, RequestServer, sensitive_header};
 
 impl Engine {
     /// Checks and connects every server the request names by URL (each `mcp` entry with a
-    /// `server_url` and a label no configured server has), by label. Every refusal is a 400
-    /// naming the field; a server that cannot be reached or listed is not: its listing says
-    /// why.
+    /// `server_url` and a label no configured server has), by label, all at once. Every
+    /// refusal is a 400 naming the field (the first in the order of `tools`); a server that
+    /// cannot be reached or listed is not: its listing says why.
     pub(super) async fn request_servers(
         &self,
         declared: &[(String, ToolDecl)],
         policy: Option<&KeyPolicy>,
     ) -> Result<HashMap<String, RequestNamed>, FieldError> {
-        let mut named = HashMap::new();
+        let mut wanted: Vec<(&str, &McpTool, &str)> = Vec::new();
         for (path, decl) in declared {
             let ToolDecl::Mcp(mcp) = decl else {
                 continue;
@@ -54,11 +55,20 @@ impl Engine {
                 continue;
             };
             // Named twice: the tool set refuses it ("enabled twice").
-            if named.contains_key(label) {
+            if wanted
+                .iter()
+                .any(|(_, other, _)| other.server_label == *label)
+            {
                 continue;
             }
-            let server = self.request_server(path, mcp, url, policy).await?;
-            named.insert(label.clone(), server);
+            wanted.push((path, mcp, url));
+        }
+        let connecting = wanted
+            .iter()
+            .map(|(path, mcp, url)| self.request_server(path, mcp, url, policy));
+        let mut named = HashMap::new();
+        for ((_, mcp, _), server) in wanted.iter().zip(join_all(connecting).await) {
+            named.insert(mcp.server_label.clone(), server?);
         }
         Ok(named)
     }

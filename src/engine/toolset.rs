@@ -1,8 +1,15 @@
-//! The tools of one run: the request's `tools` resolved against the registry, checked for
-//! name clashes, narrowed by `allowed_tools` and `tool_choice`. The model is shown only what
+//! The tools of one run: the request's `tools` resolved against the registry, named
+//! unambiguously, narrowed by `allowed_tools` and `tool_choice`. The model is shown only what
 //! it may call, and a call of anything else is refused by the service, not merely hinted.
+//!
+//! A server tool is identified by its tool server and its name. The model is shown its own
+//! name when no other tool of the request has it, and otherwise a qualified name
+//! ([`qualified_name`]) that is mapped back: its `mcp_call` items carry the server's own
+//! label and name, and the history shows the model those calls under the names of this
+//! request. A client tool (function, custom, local shell) is always shown under its own name,
+//! since the client executes its calls by that name; two of one name are the client's error.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -44,6 +51,9 @@ fn local_shell_schema() -> Value {
 
 #[derive(Clone)]
 pub struct ToolEntry {
+    /// The tool's own name (a server tool's name at its server); the model may be shown
+    /// another (the key it is found under).
+    pub name: String,
     pub executor: Executor,
     /// The tool server it belongs to (`None` for request functions).
     pub server_label: Option<String>,
@@ -100,8 +110,29 @@ impl ToolSet {
             .collect()
     }
 
+    /// The tool the model calls `name` (the name it is shown).
     pub fn get(&self, name: &str) -> Option<&ToolEntry> {
         self.entries.get(name)
+    }
+
+    /// The tool `name` of the tool server `label` (an approval request names it so).
+    pub fn find(&self, label: &str, name: &str) -> Option<&ToolEntry> {
+        self.entries
+            .values()
+            .find(|e| e.name == name && e.server_label.as_deref() == Some(label))
+    }
+
+    /// The server tools the model is shown under a qualified name, by (server label, own
+    /// name): their earlier calls are shown to the model under those names too.
+    pub fn renamed(&self) -> HashMap<(String, String), String> {
+        self.entries
+            .iter()
+            .filter(|(shown, entry)| **shown != entry.name)
+            .filter_map(|(shown, entry)| {
+                let label = entry.server_label.clone()?;
+                Some(((label, entry.name.clone()), shown.clone()))
+            })
+            .collect()
     }
 
     /// Resolves the request's tools (`named`: the servers it names by URL, connected
@@ -129,6 +160,7 @@ impl ToolSet {
                 ToolDecl::Hosted(kind) => resolving.hosted(registry, index, &path, kind)?,
             }
         }
+        resolving.name_tools()?;
         let Resolving {
             mut set, servers, ..
         } = resolving;
@@ -163,12 +195,17 @@ impl ToolSet {
                 self.choice = Some(json!("required"));
             }
             Some(ToolChoice::Named(name)) => {
-                if !self.entries.contains_key(name) {
-                    return Err(unknown_tool(name, "tool_choice.name"));
-                }
-                let only = name.clone();
+                let only = self.shown_name(name, None, "tool_choice.name")?;
+                self.choice = Some(json!({"type": "function", "name": only}));
                 self.restrict(move |n, _| n == only);
-                self.choice = Some(json!({"type": "function", "name": name}));
+            }
+            Some(ToolChoice::ServerTool(label, name)) => {
+                if !servers.contains_key(label) {
+                    return Err(unknown_server(label, "tool_choice.server_label"));
+                }
+                let only = self.shown_name(name, Some(label), "tool_choice.name")?;
+                self.choice = Some(json!({"type": "function", "name": only}));
+                self.restrict(move |n, _| n == only);
             }
             Some(ToolChoice::Server(label)) => {
                 if !servers.contains_key(label) {
@@ -181,16 +218,16 @@ impl ToolSet {
                 self.choice = Some(json!("required"));
             }
             Some(ToolChoice::Allowed { required, tools }) => {
-                self.check_allowed_refs(tools, servers)?;
+                let named = self.allowed_names(tools, servers)?;
                 let tools = tools.clone();
                 self.restrict(move |name, entry| {
-                    tools.iter().any(|reference| match reference {
-                        AllowedRef::Named(allowed) => allowed == name,
-                        AllowedRef::Server(label) => {
-                            entry.server_label.as_deref() == Some(label.as_str())
-                        }
-                        AllowedRef::Hosted(_) => false,
-                    })
+                    named.contains(name)
+                        || tools.iter().any(|reference| match reference {
+                            AllowedRef::Server(label) => {
+                                entry.server_label.as_deref() == Some(label.as_str())
+                            }
+                            _ => false,
+                        })
                 });
                 self.choice = Some(json!(if *required { "required" } else { "auto" }));
             }
@@ -199,30 +236,76 @@ impl ToolSet {
     }
 
     /// Every entry of an `allowed_tools` choice names a tool or a tool server of the request:
-    /// naming anything else is the client's mistake, not a narrowing to nothing.
-    fn check_allowed_refs(
+    /// naming anything else is the client's mistake, not a narrowing to nothing. Returns the
+    /// names (as the model is shown them) of the tools it names one by one.
+    fn allowed_names(
         &self,
         tools: &[AllowedRef],
         servers: &HashMap<String, usize>,
-    ) -> Result<(), FieldError> {
+    ) -> Result<HashSet<String>, FieldError> {
+        let mut names = HashSet::new();
         for (index, reference) in tools.iter().enumerate() {
+            let param = |leaf: &str| format!("tool_choice.tools[{index}].{leaf}");
             match reference {
-                AllowedRef::Named(name) if !self.entries.contains_key(name) => {
-                    return Err(unknown_tool(
-                        name,
-                        &format!("tool_choice.tools[{index}].name"),
-                    ));
+                AllowedRef::Named(name) => {
+                    names.insert(self.shown_name(name, None, &param("name"))?);
                 }
-                AllowedRef::Server(label) if !servers.contains_key(label) => {
-                    return Err(unknown_server(
-                        label,
-                        &format!("tool_choice.tools[{index}].server_label"),
-                    ));
+                AllowedRef::ServerTool(label, _) | AllowedRef::Server(label)
+                    if !servers.contains_key(label) =>
+                {
+                    return Err(unknown_server(label, &param("server_label")));
+                }
+                AllowedRef::ServerTool(label, name) => {
+                    names.insert(self.shown_name(name, Some(label), &param("name"))?);
                 }
                 _ => {}
             }
         }
-        Ok(())
+        Ok(names)
+    }
+
+    /// The name the model is shown for the tool a `tool_choice` names (at `param`): a name it
+    /// is shown, or a tool's own name (of the server `label`, where the choice says) when
+    /// only one tool of the request has it.
+    fn shown_name(
+        &self,
+        name: &str,
+        label: Option<&str>,
+        param: &str,
+    ) -> Result<String, FieldError> {
+        if label.is_none() && self.entries.contains_key(name) {
+            return Ok(name.to_string());
+        }
+        let matches: Vec<(&String, &ToolEntry)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.name == name)
+            .filter(|(_, e)| label.is_none_or(|l| e.server_label.as_deref() == Some(l)))
+            .collect();
+        match matches.as_slice() {
+            [(shown, _)] => Ok((*shown).clone()),
+            [] => Err(match label {
+                Some(label) => FieldError::new(
+                    param,
+                    format!("Tool server '{label}' offers no tool '{name}' in this request."),
+                ),
+                None => unknown_tool(name, param),
+            }),
+            several => {
+                let mut labels: Vec<&str> = several
+                    .iter()
+                    .filter_map(|(_, e)| e.server_label.as_deref())
+                    .collect();
+                labels.sort_unstable();
+                Err(FieldError::new(
+                    param,
+                    format!(
+                        "Tool '{name}' is offered by several tool servers of this request ({}); name one with {{\"type\": \"mcp\", \"server_label\": …, \"name\": \"{name}\"}}.",
+                        labels.join(", ")
+                    ),
+                ))
+            }
+        }
     }
 
     fn restrict(&mut self, keep: impl Fn(&str, &ToolEntry) -> bool) {
@@ -295,11 +378,13 @@ fn check_name(name: &str, param: &str) -> Result<(), FieldError> {
     }
 }
 
-/// A tool set being resolved: the set, where each name came from (for clash messages), and
-/// which `tools` entry enabled each server.
+/// A tool set being resolved: the set, the tools under their own names until every name is
+/// known ([`Resolving::name_tools`]), where each client tool's name came from (for clash
+/// messages), and which `tools` entry enabled each server.
 #[derive(Default)]
 struct Resolving {
     set: ToolSet,
+    tools: Vec<ToolEntry>,
     sources: HashMap<String, String>,
     servers: HashMap<String, usize>,
     /// What the caller's API key may use.
@@ -309,25 +394,68 @@ struct Resolving {
 }
 
 impl Resolving {
-    /// Adds a tool under `name`; a name seen before is a clash, never a replacement.
-    fn add(
-        &mut self,
-        name: &str,
-        source: String,
-        path: &str,
-        entry: ToolEntry,
-    ) -> Result<(), FieldError> {
-        if let Some(first) = self.sources.get(name) {
-            return Err(FieldError::new(
-                path,
-                format!(
-                    "Tool name '{name}' is declared twice: by {first} and by {source}. A tool can never be shadowed; rename one of them."
-                ),
-            ));
+    /// Adds a tool under its own name. A client tool's name is the name its calls carry: a
+    /// second client tool of that name is a clash, never a replacement. A server tool's name
+    /// may be any other tool's too ([`Resolving::name_tools`]).
+    fn add(&mut self, source: String, path: &str, entry: ToolEntry) -> Result<(), FieldError> {
+        if entry.server_label.is_none() {
+            if let Some(first) = self.sources.get(&entry.name) {
+                return Err(FieldError::new(
+                    path,
+                    format!(
+                        "Tool name '{}' is declared twice: by {first} and by {source}. A tool can never be shadowed; rename one of them.",
+                        entry.name
+                    ),
+                ));
+            }
+            self.sources.insert(entry.name.clone(), source);
         }
-        self.sources.insert(name.to_string(), source);
-        self.set.order.push(name.to_string());
-        self.set.entries.insert(name.to_string(), entry);
+        self.tools.push(entry);
+        Ok(())
+    }
+
+    /// Gives every tool the name the model is shown: its own where no other tool of the
+    /// request has it, else (a server tool) its qualified name. Declaration order is kept.
+    fn name_tools(&mut self) -> Result<(), FieldError> {
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for entry in &self.tools {
+            *count.entry(entry.name.as_str()).or_default() += 1;
+        }
+        let own =
+            |entry: &ToolEntry| entry.server_label.is_none() || count[entry.name.as_str()] == 1;
+        let mut taken: HashSet<String> = self
+            .tools
+            .iter()
+            .filter(|e| own(e))
+            .map(|e| e.name.clone())
+            .collect();
+        let mut shown = Vec::with_capacity(self.tools.len());
+        for entry in &self.tools {
+            let (true, Some(label)) = (!own(entry), entry.server_label.as_deref()) else {
+                shown.push(entry.name.clone());
+                continue;
+            };
+            let name = [qualified_name(label, &entry.name), hashed_name(label, &entry.name)]
+                .into_iter()
+                .find(|candidate| !taken.contains(candidate))
+                .ok_or_else(|| {
+                    FieldError::new(
+                        "tools",
+                        format!(
+                            "The tool '{}' of tool server '{label}' cannot be given a name of its own: '{}' is taken by another tool of the request; rename that one.",
+                            entry.name,
+                            qualified_name(label, &entry.name)
+                        ),
+                    )
+                })?;
+            taken.insert(name.clone());
+            shown.push(name);
+        }
+        for (name, mut entry) in shown.into_iter().zip(std::mem::take(&mut self.tools)) {
+            entry.spec.name = name.clone();
+            self.set.order.push(name.clone());
+            self.set.entries.insert(name, entry);
+        }
         Ok(())
     }
 
@@ -340,8 +468,8 @@ impl Resolving {
         path: &str,
         namespace: Option<&str>,
     ) -> Result<(), FieldError> {
-        let name = spec.name.clone();
         let entry = ToolEntry {
+            name: spec.name.clone(),
             executor: Executor::Client(kind),
             server_label: None,
             spec,
@@ -349,7 +477,7 @@ impl Resolving {
             needs_approval: false,
             namespace: namespace.map(str::to_string),
         };
-        self.add(&name, source, path, entry)
+        self.add(source, path, entry)
     }
 
     /// A namespace's tools, each shown to the model under its own name (a name clash with
@@ -533,7 +661,7 @@ impl Resolving {
             let (info, entry) = server_tool(tool, label, server.requires_approval, policy.as_ref());
             listed.push(info);
             let source = format!("{path} (tool server '{label}')");
-            self.add(tool.name(), source, path, entry)?;
+            self.add(source, path, entry)?;
         }
         let error = match named {
             Some(named) => {
@@ -653,6 +781,7 @@ fn server_tool(
     let needs_approval = matches!(executor, Executor::Server(_))
         && policy.map_or(default, |p| p.requires(tool.name(), default));
     let entry = ToolEntry {
+        name: tool.name().to_string(),
         executor,
         server_label: Some(label.to_string()),
         spec,
@@ -677,6 +806,73 @@ fn log_unmapped_once(kind: &str) {
         tracing::warn!(
             tool_type = kind,
             "requests carry the hosted tool type {kind:?}, which no tool server is configured for (tools.hosted); it is left out of what the model sees"
+        );
+    }
+}
+
+/// The name a server tool is shown under when its own name is not unique in the request:
+/// `<label>__<name>`, the label's characters the chat API does not take in a name replaced by
+/// `_`; where that is longer than the 64 characters a name may have, [`hashed_name`]. Only a
+/// function of the label and the name, so that a replayed history shows the same names.
+pub fn qualified_name(label: &str, name: &str) -> String {
+    let qualified = qualified_name_start(label, name);
+    if qualified.len() <= 64 {
+        qualified
+    } else {
+        hashed_name(label, name)
+    }
+}
+
+/// `<start of the qualified name>_<8 hex digits of SHA-256 of label and name>`, at most 64
+/// characters: for a qualified name that is too long or taken.
+pub fn hashed_name(label: &str, name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{label}\0{name}").as_bytes());
+    let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    let start: String = qualified_name_start(label, name)
+        .chars()
+        .take(64 - 9)
+        .collect();
+    format!("{start}_{hex}")
+}
+
+/// The qualified name before any shortening.
+fn qualified_name_start(label: &str, name: &str) -> String {
+    let label: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{label}__{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualified_names_are_callable_deterministic_and_short_enough() {
+        assert_eq!(
+            qualified_name("everything", "get-sum"),
+            "everything__get-sum"
+        );
+        assert_eq!(qualified_name("acme.prod", "search"), "acme_prod__search");
+        let long = "a".repeat(60);
+        let name = qualified_name(&long, "search");
+        assert_eq!(name.len(), 64);
+        assert_eq!(name, qualified_name(&long, "search"));
+        assert_ne!(name, qualified_name(&long, "searcH"));
+        for name in [name, hashed_name("acme", "search")] {
+            assert!(crate::tools::is_callable_name(&name), "{name}");
+        }
+        assert_ne!(
+            hashed_name("acme", "search"),
+            qualified_name("acme", "search")
         );
     }
 }

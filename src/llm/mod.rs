@@ -19,6 +19,7 @@ mod think;
 pub use refusal::{Blame, ErrorBody, Refusal};
 pub use router::ModelRouter;
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -38,6 +39,9 @@ pub struct ModelRequest {
     /// output so far.
     pub items: Vec<Entry>,
     pub tools: Vec<ToolSpec>,
+    /// Server tools the model is shown under another name than their own, by (server label,
+    /// own name): the history's calls of them are shown under that name.
+    pub renamed: HashMap<(String, String), String>,
     /// `auto`, `none`, `required`, or `{"type":"function","name":…}`.
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,

@@ -294,11 +294,19 @@ fn chat_messages(request: &ModelRequest, dialect: &Dialect) -> Vec<Value> {
     }
     let mut reasoning = SentBack::new(dialect, entries);
     let signatures = call_signatures(dialect, entries);
+    // A server tool's calls as the model is shown that tool in this request.
     let call_at = |index: usize| {
-        entries
-            .get(index)
-            .and_then(Entry::item)
-            .and_then(Item::as_call)
+        let item = entries.get(index).and_then(Entry::item)?;
+        let (id, name, arguments) = item.as_call()?;
+        let name = match item {
+            Item::McpCall(c) if !request.renamed.is_empty() => request
+                .renamed
+                .get(&(c.server_label.clone(), name))
+                .cloned()
+                .unwrap_or_else(|| c.name.clone()),
+            _ => name,
+        };
+        Some((id, name, arguments))
     };
     let mut index = 0;
     while index < entries.len() {

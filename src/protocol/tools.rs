@@ -602,6 +602,8 @@ pub enum ToolChoice {
     Named(String),
     /// Some tool of this server.
     Server(String),
+    /// The tool of this server (label) with this name.
+    ServerTool(String, String),
     /// A hosted tool type (`{"type": "web_search"}`).
     Hosted(String),
     /// Only these tools; `required` forces a call.
@@ -616,6 +618,7 @@ pub enum ToolChoice {
 pub enum AllowedRef {
     Named(String),
     Server(String),
+    ServerTool(String, String),
     Hosted(String),
 }
 
@@ -660,7 +663,10 @@ pub fn parse_tool_choice(value: &Value) -> Result<ToolChoice, FieldError> {
                                 "Missing required parameter: 'tool_choice.server_label'.",
                             )
                         })?;
-                    Ok(name().map_or_else(|| ToolChoice::Server(label.into()), ToolChoice::Named))
+                    Ok(match name() {
+                        Some(name) => ToolChoice::ServerTool(label.into(), name),
+                        None => ToolChoice::Server(label.into()),
+                    })
                 }
                 Some("allowed_tools") => parse_allowed_tools(value),
                 Some(hosted) if is_hosted_type(hosted) => Ok(ToolChoice::Hosted(hosted.into())),
@@ -722,6 +728,7 @@ fn parse_allowed_ref(entry: &Value, path: &str) -> Result<AllowedRef, FieldError
     match parse_tool_choice(entry) {
         Ok(ToolChoice::Named(name)) => Ok(AllowedRef::Named(name)),
         Ok(ToolChoice::Server(label)) => Ok(AllowedRef::Server(label)),
+        Ok(ToolChoice::ServerTool(label, name)) => Ok(AllowedRef::ServerTool(label, name)),
         Ok(ToolChoice::Hosted(kind)) => Ok(AllowedRef::Hosted(kind)),
         Ok(_) => Err(FieldError::new(
             path,

@@ -2,12 +2,15 @@
 //! servers are built once at start-up and read-only afterwards; an MCP server's tools are
 //! discovered while the service runs, and each such server has a snapshot of its tools that
 //! is swapped whole when its list changes (a run takes the snapshot once, as it resolves its
-//! tools). A tool name is unique across all servers — a second registration is an error
-//! naming both sources, never a silent replacement.
+//! tools). A tool is identified by its server and its name: a name is unique within its
+//! server (a second one is an error, never a silent replacement), and two servers may both
+//! have a tool of that name (a request that enables both shows the model a qualified name for
+//! each, `crate::engine::toolset`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -20,14 +23,8 @@ pub const BUILTIN: &str = "builtin";
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RegistryError {
-    #[error(
-        "tool {name:?} is defined twice: by tool server {first:?} and by tool server {second:?}"
-    )]
-    Duplicate {
-        name: String,
-        first: String,
-        second: String,
-    },
+    #[error("tool {name:?} is defined twice by tool server {server:?}")]
+    Duplicate { name: String, server: String },
     #[error("tool {name:?} of tool server {server:?} has an invalid parameter schema: {message}")]
     InvalidSchema {
         name: String,
@@ -141,16 +138,12 @@ pub struct ToolServer {
 
 pub struct ToolRegistry {
     servers: BTreeMap<String, Arc<ToolServer>>,
-    by_name: HashMap<String, Arc<RegisteredTool>>,
     /// Hosted tool types (`web_search`, …) and the tool server that runs each.
     hosted: BTreeMap<String, String>,
     /// What a request's hosted tool of another type gets.
     unmapped_hosted: crate::config::UnmappedHosted,
     /// Each MCP server's tools as last discovered (none while it is down).
     discovered: BTreeMap<String, Discovered>,
-    /// Held while a discovered list is checked and published, so that two servers cannot
-    /// both take a name.
-    publishing: Mutex<()>,
     default_timeout: Duration,
 }
 
@@ -159,6 +152,10 @@ struct Discovered {
     tools: RwLock<Arc<ToolServer>>,
     /// True once the server's first connection attempt is over (its tools listed, or not).
     settled: tokio::sync::watch::Sender<bool>,
+    /// When that was.
+    settled_at: OnceLock<Instant>,
+    /// Whether it has listed its tools at least once.
+    listed: AtomicBool,
 }
 
 impl Discovered {
@@ -184,7 +181,6 @@ impl ToolRegistry {
     pub fn builder() -> ToolRegistryBuilder {
         ToolRegistryBuilder {
             servers: BTreeMap::new(),
-            by_name: HashMap::new(),
             default_timeout: Duration::from_secs(30),
             hosted: BTreeMap::new(),
             unmapped_hosted: Default::default(),
@@ -312,57 +308,44 @@ impl ToolRegistry {
         labels
     }
 
-    /// A compiled-in or HTTP tool by name (discovered tools are found through their server).
-    pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
-        self.by_name.get(name)
-    }
-
     /// Replaces the tools of the MCP server `label` with `handlers`, in their order. A tool
-    /// whose schema is invalid, or whose name another server has (or this one lists twice),
-    /// is left out; the problems are returned for the caller to report.
+    /// whose schema is invalid, or whose name the server lists twice, is left out; the
+    /// problems are returned for the caller to report. Other servers' tools of the same names
+    /// do not matter: a tool belongs to its server.
     pub fn publish(&self, label: &str, handlers: Vec<Arc<dyn ToolHandler>>) -> Vec<RegistryError> {
         let Some(slot) = self.discovered.get(label) else {
             return Vec::new();
         };
-        let _publishing = self
-            .publishing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (tools, problems) = self.checked(label, handlers);
+        slot.replace(tools, true);
+        slot.listed.store(true, Ordering::Relaxed);
+        problems
+    }
+
+    /// `handlers` of the server `label` as registered tools, in their order, without those
+    /// whose schema is invalid or whose name comes twice (the problems).
+    fn checked(
+        &self,
+        label: &str,
+        handlers: Vec<Arc<dyn ToolHandler>>,
+    ) -> (Vec<Arc<RegisteredTool>>, Vec<RegistryError>) {
         let mut problems = Vec::new();
-        let mut tools = Vec::new();
+        let mut tools: Vec<Arc<RegisteredTool>> = Vec::new();
         let mut names = HashSet::new();
         for handler in handlers {
-            let name = handler.name().to_string();
-            let taken = self
-                .by_name
-                .get(&name)
-                .map(|t| t.server_label.clone())
-                .or_else(|| {
-                    self.discovered
-                        .iter()
-                        .filter(|(other, _)| other.as_str() != label)
-                        .find(|(_, other)| other.tools().tools.iter().any(|t| t.name() == name))
-                        .map(|(other, _)| other.clone())
-                });
-            let taken = taken.or_else(|| names.contains(&name).then(|| label.to_string()));
-            if let Some(first) = taken {
+            if !names.insert(handler.name().to_string()) {
                 problems.push(RegistryError::Duplicate {
-                    name,
-                    first,
-                    second: label.to_string(),
+                    name: handler.name().to_string(),
+                    server: label.to_string(),
                 });
                 continue;
             }
             match RegisteredTool::new(label, handler, self.default_timeout) {
-                Ok(tool) => {
-                    names.insert(name);
-                    tools.push(Arc::new(tool));
-                }
+                Ok(tool) => tools.push(Arc::new(tool)),
                 Err(problem) => problems.push(problem),
             }
         }
-        slot.replace(tools, true);
-        problems
+        (tools, problems)
     }
 
     /// The tools of an MCP server named in a request, checked as discovered tools are: one
@@ -374,22 +357,7 @@ impl ToolRegistry {
         handlers: Vec<Arc<dyn ToolHandler>>,
         available: bool,
     ) -> (ToolServer, Vec<RegistryError>) {
-        let mut problems = Vec::new();
-        let mut tools: Vec<Arc<RegisteredTool>> = Vec::new();
-        for handler in handlers {
-            if tools.iter().any(|t| t.name() == handler.name()) {
-                problems.push(RegistryError::Duplicate {
-                    name: handler.name().to_string(),
-                    first: label.to_string(),
-                    second: label.to_string(),
-                });
-                continue;
-            }
-            match RegisteredTool::new(label, handler, self.default_timeout) {
-                Ok(tool) => tools.push(Arc::new(tool)),
-                Err(problem) => problems.push(problem),
-            }
-        }
+        let (tools, problems) = self.checked(label, handlers);
         let server = ToolServer {
             label: label.to_string(),
             tools,
@@ -410,8 +378,23 @@ impl ToolRegistry {
     /// Notes that the MCP server `label`'s first connection attempt is over.
     pub fn settle(&self, label: &str) {
         if let Some(slot) = self.discovered.get(label) {
+            slot.settled_at.get_or_init(Instant::now);
             slot.settled.send_replace(true);
         }
+    }
+
+    /// The MCP servers a replica is not ready without: each that has not listed its tools
+    /// yet, unless its first attempt failed more than `bound` ago (a server that is down
+    /// does not keep a replica out of service for ever). Once listed, a server never holds
+    /// readiness back again: a server going down later takes its tools along, on every
+    /// replica alike.
+    pub fn awaited(&self, bound: Duration) -> Vec<&str> {
+        self.discovered
+            .iter()
+            .filter(|(_, slot)| !slot.listed.load(Ordering::Relaxed))
+            .filter(|(_, slot)| slot.settled_at.get().is_none_or(|at| at.elapsed() < bound))
+            .map(|(label, _)| label.as_str())
+            .collect()
     }
 
     /// Whether every MCP server's first connection attempt is over (see
@@ -434,7 +417,6 @@ impl ToolRegistry {
 
 pub struct ToolRegistryBuilder {
     servers: BTreeMap<String, ToolServer>,
-    by_name: HashMap<String, Arc<RegisteredTool>>,
     default_timeout: Duration,
     hosted: BTreeMap<String, String>,
     unmapped_hosted: crate::config::UnmappedHosted,
@@ -492,30 +474,25 @@ impl ToolRegistryBuilder {
         Ok(self)
     }
 
-    /// Adds a handler to a server; a name already taken by any server is an error.
+    /// Adds a handler to a server; a name the server has already is an error (another
+    /// server's tool of that name is not).
     pub fn register(
         &mut self,
         server_label: &str,
         handler: Arc<dyn ToolHandler>,
     ) -> Result<&mut Self, RegistryError> {
-        let name = handler.name().to_string();
-        if let Some(existing) = self.by_name.get(&name) {
+        self.server(server_label);
+        let Some(server) = self.servers.get_mut(server_label) else {
+            return Ok(self);
+        };
+        if server.tools.iter().any(|t| t.name() == handler.name()) {
             return Err(RegistryError::Duplicate {
-                name,
-                first: existing.server_label.clone(),
-                second: server_label.to_string(),
+                name: handler.name().to_string(),
+                server: server_label.to_string(),
             });
         }
-        let tool = Arc::new(RegisteredTool::new(
-            server_label,
-            handler,
-            self.default_timeout,
-        )?);
-        self.server(server_label);
-        if let Some(server) = self.servers.get_mut(server_label) {
-            server.tools.push(tool.clone());
-        }
-        self.by_name.insert(name, tool);
+        let tool = RegisteredTool::new(server_label, handler, self.default_timeout)?;
+        server.tools.push(Arc::new(tool));
         Ok(self)
     }
 
@@ -558,7 +535,6 @@ impl ToolRegistryBuilder {
                 .into_iter()
                 .map(|(label, server)| (label, Arc::new(server)))
                 .collect(),
-            by_name: self.by_name,
             hosted: self.hosted,
             unmapped_hosted: self.unmapped_hosted,
             discovered: self
@@ -568,11 +544,12 @@ impl ToolRegistryBuilder {
                     let slot = Discovered {
                         tools: RwLock::new(Arc::new(server)),
                         settled: tokio::sync::watch::Sender::new(false),
+                        settled_at: OnceLock::new(),
+                        listed: AtomicBool::new(false),
                     };
                     (label, slot)
                 })
                 .collect(),
-            publishing: Mutex::new(()),
             default_timeout: self.default_timeout,
         }
     }
@@ -614,45 +591,77 @@ mod tests {
     }
 
     #[test]
-    fn discovered_tools_that_clash_or_have_a_bad_schema_are_left_out_naming_both_sources() {
+    fn servers_may_share_tool_names_but_a_server_lists_each_name_once_with_a_valid_schema() {
         let mut builder = ToolRegistry::builder();
         builder.register(BUILTIN, tool("calculator")).unwrap();
+        let twice = builder.register(BUILTIN, tool("calculator")).err().unwrap();
+        assert_eq!(
+            twice.to_string(),
+            r#"tool "calculator" is defined twice by tool server "builtin""#
+        );
+        builder.register("math", tool("calculator")).unwrap();
         builder.mcp_server("a", false).unwrap();
         builder.mcp_server("b", true).unwrap();
         let registry = builder.build();
         assert!(!registry.server("a").unwrap().available);
+        assert_eq!(names(&registry, "math"), ["calculator"]);
 
         assert_eq!(registry.publish("a", vec![tool("search")]), []);
         let bad = Arc::new(Named("broken", json!({"type": "no-such-type"})));
         let problems = registry.publish(
             "b",
-            vec![tool("search"), tool("calculator"), bad, tool("fetch")],
+            vec![
+                tool("search"),
+                tool("calculator"),
+                bad,
+                tool("fetch"),
+                tool("fetch"),
+            ],
         );
 
         let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        assert_eq!(
-            problems[..2],
-            [
-                r#"tool "search" is defined twice: by tool server "a" and by tool server "b""#,
-                r#"tool "calculator" is defined twice: by tool server "builtin" and by tool server "b""#,
-            ]
-        );
         assert!(
-            problems[2]
+            problems[0]
                 .starts_with(r#"tool "broken" of tool server "b" has an invalid parameter schema"#),
             "{problems:?}"
         );
+        assert_eq!(
+            problems[1],
+            r#"tool "fetch" is defined twice by tool server "b""#
+        );
+        assert_eq!(problems.len(), 2);
         assert_eq!(names(&registry, "a"), ["search"]);
-        assert_eq!(names(&registry, "b"), ["fetch"]);
+        assert_eq!(names(&registry, "b"), ["search", "calculator", "fetch"]);
         let b = registry.server("b").unwrap();
         assert!(b.available && b.requires_approval);
 
-        // A server that goes away takes its tools along; the name is free again.
+        // A server that goes away takes its tools along.
         registry.withdraw("a");
         assert!(!registry.server("a").unwrap().available);
         assert_eq!(names(&registry, "a"), Vec::<String>::new());
-        assert_eq!(registry.publish("b", vec![tool("search")]), []);
-        assert_eq!(names(&registry, "b"), ["search"]);
+    }
+
+    #[test]
+    fn readiness_awaits_each_mcp_server_until_it_lists_or_has_failed_for_the_bound() {
+        let mut builder = ToolRegistry::builder();
+        builder.mcp_server("a", false).unwrap();
+        builder.mcp_server("b", false).unwrap();
+        builder.mcp_server("c", false).unwrap();
+        let registry = builder.build();
+        let bound = Duration::from_secs(3600);
+        assert_eq!(registry.awaited(bound), ["a", "b", "c"]);
+        // a lists; b fails its first attempt (still awaited within the bound); c fails and
+        // the bound is over at once.
+        registry.publish("a", vec![tool("search")]);
+        registry.settle("a");
+        registry.settle("b");
+        registry.settle("c");
+        assert_eq!(registry.awaited(bound), ["b", "c"]);
+        assert_eq!(registry.awaited(Duration::ZERO), Vec::<&str>::new());
+        // Listed once is enough, even while it is down later.
+        registry.withdraw("a");
+        registry.publish("b", vec![]);
+        assert_eq!(registry.awaited(bound), ["c"]);
     }
 
     #[test]

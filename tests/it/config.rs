@@ -454,10 +454,12 @@ fn tools_under_the_builtin_label_are_refused() {
 }
 
 #[test]
-fn a_tool_named_like_another_is_refused_naming_both_servers() {
+fn a_tool_server_that_names_two_tools_alike_is_refused() {
+    // Another server's tool of the same name is not a problem: a tool belongs to its server.
+    let tool = "[[tool_servers.math.tools]]\nname = \"calculator\"\nurl = \"http://127.0.0.1:9100/calc\"\n";
     assert_refused(
-        "[[tool_servers.math.tools]]\nname = \"calculator\"\nurl = \"http://127.0.0.1:9100/calc\"\n",
-        "error: tool_servers.math.tools[0].name: tool \"calculator\" is defined twice: by tool server \"builtin\" and by tool server \"math\"",
+        &format!("{tool}{tool}"),
+        "error: tool_servers.math.tools[1].name: tool \"calculator\" is defined twice by tool server \"math\"",
     );
 }
 

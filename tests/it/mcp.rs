@@ -143,6 +143,7 @@ async fn everything_over_http() -> (Process, String) {
         .arg(&installed.everything)
         .arg("streamableHttp")
         .env("PORT", port.to_string())
+        .env("EVERYTHING_INSTANCE", "http")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -376,6 +377,316 @@ async fn a_streamed_run_calls_a_stdio_server_and_an_http_server_concurrently() {
     assert!(second.contains("Echo: hi"), "{second}");
 }
 
+/// server-everything twice, every tool of each offered: started by the service over stdio as
+/// `everything`, and over streamable HTTP as `everything_http`. Each process has
+/// `EVERYTHING_INSTANCE` (`stdio` or `http`) in its environment, which its `get-env` tool
+/// shows: a call's output says which server ran it.
+async fn two_everythings(db: &Database) -> (Process, TestApp) {
+    let (http, url) = everything_over_http().await;
+    let mut over_stdio = everything_over_stdio(&[]);
+    over_stdio.allowed_tools = None;
+    over_stdio
+        .env
+        .insert("EVERYTHING_INSTANCE".into(), "stdio".into());
+    let app = TestApp::builder()
+        .database(&db.url)
+        .config(mcp_servers(vec![
+            ("everything", over_stdio),
+            ("everything_http", server(Some(url), None, Vec::new())),
+        ]))
+        .start()
+        .await;
+    for label in ["everything", "everything_http"] {
+        wait_for_tools(&app, label, &["echo", "get-env", "get-sum"]).await;
+    }
+    (http, app)
+}
+
+/// Which server-everything ran a `get-env` call, from its output.
+fn instance_of(call: &Value) -> &'static str {
+    let output = call["output"].as_str().unwrap_or_default();
+    match (
+        output.contains(r#""EVERYTHING_INSTANCE": "stdio""#),
+        output.contains(r#""EVERYTHING_INSTANCE": "http""#),
+    ) {
+        (true, false) => "stdio",
+        (false, true) => "http",
+        _ => panic!("no instance in {call}"),
+    }
+}
+
+/// The names of the tools a request to the upstream offered.
+fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn two_instances_of_one_server_are_usable_alone_and_together_each_call_reaching_its_own() {
+    let db = Database::postgres_or_sqlite().await;
+    let (_http, app) = two_everythings(&db).await;
+
+    // Alone, each server's tools go by their own names, and its calls reach it.
+    for (label, instance) in [("everything", "stdio"), ("everything_http", "http")] {
+        app.llm.push(Turn::tool_call("c1", "get-env", "{}"));
+        app.llm.push(Turn::text("ok"));
+        let (status, body) = app
+            .post("/v1/responses", &run_with(json!([mcp(label)])))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let request = &app.llm.requests()[app.llm.requests().len() - 2];
+        assert!(
+            offered(request).contains(&"get-env".to_string()),
+            "{request}"
+        );
+        let output = body["output"].as_array().unwrap().clone();
+        let call = call_named(&output, "get-env");
+        assert_eq!(call["server_label"], label);
+        assert_eq!(instance_of(call), instance);
+    }
+
+    // Together: every tool both list is shown qualified by its server, and mapped back.
+    let before = app.llm.requests().len();
+    app.llm.push(Turn::tool_calls(&[
+        ("c1", "everything__get-env", "{}"),
+        ("c2", "everything_http__get-env", "{}"),
+        ("c3", "everything_http__get-sum", r#"{"a": 2, "b": 3}"#),
+    ]));
+    app.llm.push(Turn::text("Done."));
+    let tools = json!([mcp("everything"), mcp("everything_http")]);
+    let sse = app.stream(&run_with(tools.clone())).await;
+    assert_eq!(
+        sse.last().data["response"]["status"],
+        "completed",
+        "{}",
+        sse.raw
+    );
+    assert_numbering(&sse);
+    let shown = offered(&app.llm.requests()[before]);
+    for name in [
+        "everything__echo",
+        "everything_http__echo",
+        "everything_http__get-env",
+    ] {
+        assert!(shown.contains(&name.to_string()), "{shown:?}");
+    }
+    assert!(!shown.contains(&"echo".to_string()), "{shown:?}");
+    let items = done_items(&sse);
+    // The listings and the calls carry the servers' own names.
+    for listing in items.iter().filter(|i| i["type"] == "mcp_list_tools") {
+        let names: Vec<&str> = listing["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"get-env") && names.contains(&"echo"),
+            "{listing}"
+        );
+    }
+    let calls: Vec<&Value> = items.iter().filter(|i| i["type"] == "mcp_call").collect();
+    let routed: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["server_label"].as_str().unwrap(),
+                c["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        routed,
+        [
+            ("everything", "get-env"),
+            ("everything_http", "get-env"),
+            ("everything_http", "get-sum")
+        ]
+    );
+    assert_eq!(instance_of(calls[0]), "stdio");
+    assert_eq!(instance_of(calls[1]), "http");
+    assert!(
+        calls[2]["output"].as_str().unwrap().contains('5'),
+        "{}",
+        calls[2]
+    );
+
+    // A client that concatenates the argument events gets each call's arguments once.
+    for call in &calls {
+        let id = call["id"].as_str().unwrap();
+        let added = sse
+            .events
+            .iter()
+            .find(|e| e.event == "response.output_item.added" && e.data["item"]["id"] == id)
+            .unwrap();
+        let mut arguments = added.data["item"]["arguments"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(arguments, "");
+        for event in &sse.events {
+            if event.event == "response.mcp_call_arguments.delta" && event.data["item_id"] == id {
+                arguments.push_str(event.data["delta"].as_str().unwrap());
+            }
+        }
+        assert_eq!(arguments, call["arguments"].as_str().unwrap(), "{call}");
+    }
+
+    // The model is shown its calls under the names it called them by, and so is it when the
+    // client replays the output as input (no previous_response_id).
+    let names_called = |request: &Value| -> Vec<String> {
+        request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+            .map(|c| c["function"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let qualified = [
+        "everything__get-env",
+        "everything_http__get-env",
+        "everything_http__get-sum",
+    ];
+    assert_eq!(names_called(&app.llm.requests()[before + 1]), qualified);
+    let mut input = sse.last().data["response"]["output"]
+        .as_array()
+        .unwrap()
+        .clone();
+    input.push(json!({"role": "user", "content": "and again?"}));
+    app.llm.push(Turn::text("again"));
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "input": input, "tools": tools}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(names_called(app.llm.requests().last().unwrap()), qualified);
+}
+
+#[tokio::test]
+async fn an_approval_finds_its_call_by_server_and_name_after_a_pause_on_every_backend() {
+    for db in crate::support::backends().await {
+        let (_http, app) = two_everythings(&db).await;
+        let approve = |label: &str| json!({"type": "mcp", "server_label": label, "require_approval": "always"});
+        let tools = json!([approve("everything"), approve("everything_http")]);
+        app.llm
+            .push(Turn::tool_call("c1", "everything_http__get-env", "{}"));
+        let (status, paused) = app.post("/v1/responses", &run_with(tools.clone())).await;
+        assert_eq!(status, 200, "{paused}");
+        let request = paused["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "mcp_approval_request")
+            .unwrap()
+            .clone();
+        assert_eq!(request["server_label"], "everything_http");
+        assert_eq!(request["name"], "get-env");
+
+        app.llm.push(Turn::text("Done."));
+        let (status, done) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "previous_response_id": paused["id"],
+                    "tools": tools, "input": [{"type": "mcp_approval_response",
+                    "approval_request_id": request["id"], "approve": true}]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{done}");
+        let output = done["output"].as_array().unwrap().clone();
+        let call = call_named(&output, "get-env");
+        assert_eq!(call["server_label"], "everything_http");
+        assert_eq!(call["approval_request_id"], request["id"]);
+        assert_eq!(instance_of(call), "http");
+    }
+}
+
+/// `/readyz`'s status and message.
+async fn readiness(instance: &crate::support::Instance) -> (u16, String) {
+    let response = reqwest::get(instance.url("/readyz")).await.unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    let message = body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (status, message)
+}
+
+async fn wait_until_ready(instance: &crate::support::Instance) {
+    for _ in 0..600 {
+        if readiness(instance).await.0 == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not ready after 30 s: {:?}", readiness(instance).await);
+}
+
+#[tokio::test]
+async fn readiness_waits_for_each_mcp_server_to_list_once_or_to_fail_for_the_bound() {
+    let installed = installed();
+    let llm = FakeLlm::start().await.unwrap();
+    // A server that is not there yet: not ready until it has listed its tools.
+    let port = free_port();
+    let file = ConfigFile::new(&format!(
+        "[tools]\nmcp_ready_wait_ms = 600000\n[mcp_servers.late]\nurl = \"http://127.0.0.1:{port}/mcp\"\nstartup_timeout_ms = 2000\n"
+    ));
+    let instance = Binary::new().upstream(&llm).config_file(&file.path).spawn();
+    assert_eq!(
+        readiness(&instance).await,
+        (
+            503,
+            "waiting for MCP servers to list their tools: late".into()
+        )
+    );
+    let server = std::process::Command::new(&installed.node)
+        .arg(&installed.everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Process(server);
+    wait_until_ready(&instance).await;
+    instance
+        .logs
+        .wait_for(|line| line.contains("MCP server's tools published"))
+        .await;
+    // Listed once is enough: a server that goes down later takes its tools along, but the
+    // replica stays in service.
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(readiness(&instance).await.0, 200);
+
+    // A server that is down holds readiness back only for tools.mcp_ready_wait_ms.
+    let file = ConfigFile::new(&format!(
+        "[tools]\nmcp_ready_wait_ms = 1500\n[mcp_servers.absent]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+        free_port()
+    ));
+    let started = Instant::now();
+    let instance = Binary::new().upstream(&llm).config_file(&file.path).spawn();
+    assert_eq!(
+        readiness(&instance).await,
+        (
+            503,
+            "waiting for MCP servers to list their tools: absent".into()
+        )
+    );
+    wait_until_ready(&instance).await;
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+}
+
 #[tokio::test]
 async fn progress_notifications_are_streamed_as_the_calls_output() {
     let db = Database::postgres_or_sqlite().await;
@@ -536,7 +847,7 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
     };
     let mut metrics = scrape().await;
     for _ in 0..100 {
-        if metrics.contains(r#"switchyard_mcp_server_tools{server="metered"} 6"#) {
+        if metrics.contains(r#"switchyard_mcp_server_tools{server="metered"} 7"#) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -561,9 +872,9 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
         .lines()
         .find_map(|l| l.strip_prefix(r#"switchyard_mcp_server_tools{server="metered"}"#))
         .unwrap();
-    // count, wait, fail, header, record_header, grow (calculator clashes with builtin, broken
-    // has a bad schema)
-    assert_eq!(tools.trim(), "6");
+    // count, wait, fail, header, record_header, grow and calculator (builtin's has the same
+    // name: a tool belongs to its server); broken has a bad schema
+    assert_eq!(tools.trim(), "7");
 }
 
 #[tokio::test]
@@ -927,7 +1238,7 @@ async fn a_slow_or_absent_server_holds_up_neither_the_start_nor_the_runs() {
 }
 
 #[tokio::test]
-async fn a_bad_schema_and_a_name_clash_are_left_out_with_warnings_naming_both_sources() {
+async fn a_bad_schema_is_left_out_with_a_warning_and_a_name_builtin_has_too_is_kept() {
     let installed = installed();
     let dir = TempDir::new().unwrap();
     let state = dir.path().join("counter");
@@ -947,17 +1258,11 @@ async fn a_bad_schema_and_a_name_clash_are_left_out_with_warnings_naming_both_so
         .await;
     assert!(schema.contains("\"counter\""), "{schema}");
     assert!(schema.contains("WARN"), "{schema}");
-    let clash = logs
-        .wait_for(|line| line.contains("\"calculator\"") && line.contains("defined twice"))
-        .await;
-    assert!(
-        clash.contains("tool server \"builtin\"") && clash.contains("tool server \"counter\""),
-        "{clash}"
-    );
 
-    // Both are left out; the other tools are offered.
+    // The broken tool is left out; the others are offered, `calculator` too (a tool belongs
+    // to its server: builtin's does not take the name away).
     let client = reqwest::Client::new();
-    for (name, expected) in [("broken", 400), ("calculator", 400), ("count", 200)] {
+    for (name, expected) in [("broken", 400), ("calculator", 200), ("count", 200)] {
         let body = json!({"model": "gpt-4o-mini", "input": "go", "tools": [
             {"type": "mcp", "server_label": "counter", "allowed_tools": [name]}
         ]});
@@ -1718,4 +2023,119 @@ async fn headers_of_a_server_named_in_a_request_reach_it_and_nothing_else() {
     for line in lines {
         assert!(!line.contains(secret) && !line.contains(token), "{line}");
     }
+}
+
+#[tokio::test]
+async fn a_server_named_in_a_request_is_reached_at_the_checked_addresses_only() {
+    use switchyard::tools::mcp::RequestServer;
+    let (_http, url) = everything_over_http().await;
+    let port: u16 = url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let pinned = vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))];
+    // A name nothing resolves: the connection goes to the address that was checked, and is
+    // never looked up again (DNS rebinding).
+    let server = RequestServer::connect(
+        "pinned",
+        &format!("http://mcp.unresolvable.invalid:{port}/mcp"),
+        pinned,
+        Default::default(),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(server.error, None);
+    assert!(server.handlers.iter().any(|h| h.name() == "echo"));
+
+    // A redirect is not followed: it would lead to an address nobody checked.
+    let followed = Arc::new(Mutex::new(0usize));
+    let counter = followed.clone();
+    let target = crate::support::serve(axum::Router::new().fallback(move || {
+        *counter.lock().unwrap() += 1;
+        async { "reached" }
+    }))
+    .await;
+    let redirect = crate::support::serve(axum::Router::new().fallback(move || {
+        let target = format!("{target}/mcp");
+        async move { axum::response::Redirect::temporary(&target) }
+    }))
+    .await;
+    let redirect_port: u16 = redirect.rsplit(':').next().unwrap().parse().unwrap();
+    let server = RequestServer::connect(
+        "redirecting",
+        &format!("{redirect}/mcp"),
+        vec![std::net::SocketAddr::from(([127, 0, 0, 1], redirect_port))],
+        Default::default(),
+        Duration::from_secs(5),
+    )
+    .await;
+    let error = server.error.unwrap();
+    assert!(
+        error.starts_with("The MCP server 'redirecting' could not be used"),
+        "{error}"
+    );
+    assert!(server.handlers.is_empty());
+    assert_eq!(*followed.lock().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn servers_named_in_one_request_are_connected_at_once() {
+    // Each endpoint answers only once the other has been asked too (or after 3 s): connected
+    // one after the other, the first would be answered alone.
+    let arrived = Arc::new(tokio::sync::Semaphore::new(0));
+    let met = Arc::new(Mutex::new(Vec::<(String, bool)>::new()));
+    let router = {
+        let (arrived, met) = (arrived.clone(), met.clone());
+        axum::Router::new().fallback(move |uri: axum::http::Uri| {
+            let (arrived, met) = (arrived.clone(), met.clone());
+            async move {
+                let first = !met.lock().unwrap().iter().any(|(p, _)| *p == uri.path());
+                if first {
+                    arrived.add_permits(1);
+                    let both = tokio::time::timeout(Duration::from_secs(3), async {
+                        while arrived.available_permits() < 2 {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    })
+                    .await
+                    .is_ok();
+                    met.lock().unwrap().push((uri.path().to_string(), both));
+                }
+                (axum::http::StatusCode::NOT_FOUND, "no MCP here")
+            }
+        })
+    };
+    let base = crate::support::serve(router).await;
+    let app = TestApp::builder()
+        .config(request_servers(&["127.0.0.1"], true))
+        .start()
+        .await;
+    app.llm.push(Turn::text("ok"));
+    let (status, body) = app
+        .post(
+            "/v1/responses",
+            &run_with(json!([
+                named("first", &format!("{base}/a/mcp")),
+                named("second", &format!("{base}/b/mcp"))
+            ])),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let listings: Vec<&Value> = body["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "mcp_list_tools")
+        .collect();
+    assert_eq!(listings.len(), 2, "{body}");
+    for listing in listings {
+        assert_eq!(listing["status"], "failed", "{listing}");
+    }
+    let mut met = met.lock().unwrap().clone();
+    met.sort();
+    assert_eq!(
+        met,
+        [("/a/mcp".to_string(), true), ("/b/mcp".to_string(), true)]
+    );
 }

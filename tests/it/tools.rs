@@ -12,8 +12,8 @@ use switchyard::config::{Config, HttpToolConfig, Profile, ToolErrorPolicy, ToolS
 use switchyard::tools::{ToolContext, ToolHandler, ToolOptions, ToolOutput, ToolResult};
 
 use crate::support::{
-    Database, FakeLlm, Step, TestApp, Turn, assert_items_do_not_interleave, assert_numbering,
-    done_items, http_tool, serve, test_config,
+    Database, Step, TestApp, Turn, assert_items_do_not_interleave, assert_numbering, done_items,
+    http_tool, serve,
 };
 
 fn builtin() -> Value {
@@ -576,34 +576,127 @@ async fn a_hidden_tool_leaves_no_item_but_the_model_and_the_chain_see_it() {
 }
 
 #[tokio::test]
-async fn a_duplicate_tool_name_fails_start_up_naming_both_servers() {
-    let llm = FakeLlm::start().await.unwrap();
-    let db = Database::sqlite();
-    let mut config = test_config(&db.url, &llm);
-    with_server(
-        &mut config,
-        "mathserver",
-        vec![http_tool("calculator", "http://127.0.0.1:1/x".into(), None)],
-    );
-    let error = switchyard::app::Application::build(config)
-        .await
-        .err()
-        .unwrap();
+async fn a_function_and_two_servers_with_one_tool_name_each_get_a_name_and_their_own_calls() {
+    let endpoint = tool_endpoint().await;
+    let app = TestApp::builder()
+        .config(|c| {
+            with_server(
+                c,
+                "math",
+                vec![http_tool("calculator", format!("{endpoint}/json"), None)],
+            )
+        })
+        .start()
+        .await;
+    let tools = json!([
+        {"type": "mcp", "server_label": "builtin", "allowed_tools": ["calculator"], "require_approval": "never"},
+        {"type": "mcp", "server_label": "math", "require_approval": "never"},
+        {"type": "function", "name": "calculator", "parameters": {"type": "object"}},
+    ]);
+    app.llm.push(Turn::tool_calls(&[
+        ("c1", "builtin__calculator", r#"{"expression": "2+3"}"#),
+        ("c2", "math__calculator", r#"{"city": "Rome"}"#),
+        ("c3", "calculator", r#"{"x": 1}"#),
+    ]));
+    let (status, first) = app.post("/v1/responses", &run_with(tools.clone())).await;
+    assert_eq!(status, 200, "{first}");
+
+    // The client's function keeps its name; each server tool is qualified by its server.
+    let requests = app.llm.requests();
+    let shown: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(
-        format!("{error:#}"),
-        r#"tool_servers.mathserver.tools[0].name: tool "calculator" is defined twice: by tool server "builtin" and by tool server "mathserver""#
+        shown,
+        ["builtin__calculator", "math__calculator", "calculator"]
+    );
+    // Each call reached its own tool, and its item names the server's own tool.
+    let output = first["output"].as_array().unwrap();
+    let call = |label: &str| {
+        output
+            .iter()
+            .find(|i| i["type"] == "mcp_call" && i["server_label"] == label)
+            .unwrap()
+    };
+    assert_eq!(call("builtin")["name"], "calculator");
+    assert_eq!(call("builtin")["output"], "5");
+    assert_eq!(call("math")["name"], "calculator");
+    assert_eq!(
+        serde_json::from_str::<Value>(call("math")["output"].as_str().unwrap()).unwrap(),
+        json!({"temperature": 21, "city": "Rome"})
+    );
+    let function = output
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap();
+    assert_eq!(function["name"], "calculator");
+    assert_eq!(function["call_id"], "c3");
+
+    // The continuation shows the model its calls under the names it was given.
+    app.llm.push(Turn::text("done"));
+    let (status, next) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "previous_response_id": first["id"], "tools": tools,
+                "input": [{"type": "function_call_output", "call_id": "c3", "output": "42"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{next}");
+    let requests = app.llm.requests();
+    let messages = &requests[1]["messages"];
+    let called: Vec<&str> = messages[1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        called,
+        ["builtin__calculator", "math__calculator", "calculator"]
+    );
+
+    // tool_choice may name a tool by its server, or by a name only one tool has.
+    for (choice, forced) in [
+        (
+            json!({"type": "mcp", "server_label": "math", "name": "calculator"}),
+            "math__calculator",
+        ),
+        (
+            json!({"type": "function", "name": "builtin__calculator"}),
+            "builtin__calculator",
+        ),
+    ] {
+        app.llm.push(Turn::text("ok"));
+        let mut body = run_with(tools.clone());
+        body["tool_choice"] = choice;
+        let (status, reply) = app.post("/v1/responses", &body).await;
+        assert_eq!(status, 200, "{reply}");
+        let request = app.llm.requests().last().unwrap().clone();
+        assert_eq!(request["tool_choice"]["function"]["name"], forced);
+    }
+    let mut body = run_with(json!([tools[0], tools[1]]));
+    body["tool_choice"] = json!({"type": "function", "name": "calculator"});
+    let (status, reply) = app.post("/v1/responses", &body).await;
+    assert_eq!(status, 400);
+    assert_eq!(reply["error"]["param"], "tool_choice.name");
+    assert_eq!(
+        reply["error"]["message"],
+        "Tool 'calculator' is offered by several tool servers of this request (builtin, math); name one with {\"type\": \"mcp\", \"server_label\": …, \"name\": \"calculator\"}."
     );
 }
 
 #[tokio::test]
-async fn a_request_function_named_like_a_server_tool_is_a_400() {
+async fn tool_declaration_mistakes_are_400s_naming_the_field() {
     let app = TestApp::start().await;
     let (status, body) = app
         .post(
             "/v1/responses",
             &run_with(json!([
-                builtin(),
                 {"type": "function", "name": "calculator", "parameters": {"type": "object"}},
+                {"type": "custom", "name": "calculator"},
             ])),
         )
         .await;
@@ -611,7 +704,7 @@ async fn a_request_function_named_like_a_server_tool_is_a_400() {
     assert_eq!(body["error"]["param"], "tools[1]");
     assert_eq!(
         body["error"]["message"],
-        "Tool name 'calculator' is declared twice: by tools[0] (tool server 'builtin') and by tools[1] (function). A tool can never be shadowed; rename one of them."
+        "Tool name 'calculator' is declared twice: by tools[0] (function) and by tools[1] (custom). A tool can never be shadowed; rename one of them."
     );
     for (tools, param, fragment) in [
         (

@@ -7,6 +7,7 @@ mod output;
 mod present;
 mod turn;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,7 @@ pub(super) fn model_request(model: &str, request: &CreateResponse) -> ModelReque
         instructions: request.instructions.clone(),
         items: Vec::new(),
         tools: Vec::new(),
+        renamed: HashMap::new(),
         tool_choice: None,
         parallel_tool_calls: request.parallel_tool_calls,
         temperature: request.temperature,
@@ -329,7 +331,12 @@ impl RunTask {
         let limits = &self.tools.limits;
         let mut calls = TurnCalls::new(limits.max_concurrency, limits.max_output_bytes);
         for decision in decisions {
-            let entry = self.tools.set.get(&decision.request.name).cloned();
+            let request = &decision.request;
+            let entry = self
+                .tools
+                .set
+                .find(&request.server_label, &request.name)
+                .cloned();
             let call = ServerCall {
                 name: decision.request.name.clone(),
                 server_label: decision.request.server_label.clone(),

@@ -575,11 +575,19 @@ impl RunTask {
     /// The call as a server call, with its tool's options (the item it gets if it is one, or
     /// if it is refused).
     fn server_call(&self, call: &StreamingCall, entry: Option<&ToolEntry>) -> ServerCall {
+        // A server tool's item carries its own name and server, whatever the model was
+        // shown.
+        let (name, server_label) = match entry {
+            Some(ToolEntry {
+                name,
+                server_label: Some(label),
+                ..
+            }) => (name.clone(), label.clone()),
+            _ => (call.name.clone(), "switchyard".to_string()),
+        };
         ServerCall {
-            name: call.name.clone(),
-            server_label: entry
-                .and_then(|e| e.server_label.clone())
-                .unwrap_or_else(|| "switchyard".into()),
+            name,
+            server_label,
             arguments: call.arguments.clone(),
             options: match entry.map(|e| &e.executor) {
                 Some(Executor::Server(tool)) => tool.options.clone(),

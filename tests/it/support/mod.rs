@@ -12,7 +12,7 @@ mod backends;
 mod binary;
 mod sse;
 
-pub use app::{TestApp, http_tool, test_config};
+pub use app::{TestApp, http_tool};
 pub use audit::{
     assert_numbering, assert_response_keys, audit_log, describe, is_pause, is_terminal,
 };
