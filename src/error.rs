@@ -281,6 +281,7 @@ impl From<EngineError> for ApiError {
                 code: code.map(str::to_string),
             },
             EngineError::NotFound(id) => ApiError::response_not_found(&id),
+            EngineError::Missing(message) => ApiError::NotFound(message),
             EngineError::ShuttingDown => ApiError::Unavailable(
                 "The service is shutting down; retry on another instance.".into(),
             ),

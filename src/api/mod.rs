@@ -7,6 +7,7 @@
 //! make the OpenAPI document.
 
 mod access;
+mod conversations;
 mod errors;
 mod extract;
 pub mod openapi;
@@ -54,6 +55,24 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/responses/{id}/cancel",
             axum::routing::post(responses::cancel),
+        )
+        .route(
+            "/v1/conversations",
+            axum::routing::post(conversations::create),
+        )
+        .route(
+            "/v1/conversations/{id}",
+            get(conversations::retrieve)
+                .post(conversations::update)
+                .delete(conversations::delete),
+        )
+        .route(
+            "/v1/conversations/{id}/items",
+            get(conversations::list_items).post(conversations::add_items),
+        )
+        .route(
+            "/v1/conversations/{id}/items/{item_id}",
+            get(conversations::retrieve_item).delete(conversations::delete_item),
         )
         .route("/v1/models", get(service::models))
         .route_layer(axum::middleware::from_fn_with_state(

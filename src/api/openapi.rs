@@ -37,6 +37,14 @@ use crate::error::ErrorEnvelope;
         super::responses::input_items,
         super::responses::submit_tool_outputs,
         super::responses::cancel,
+        super::conversations::create,
+        super::conversations::retrieve,
+        super::conversations::update,
+        super::conversations::delete,
+        super::conversations::add_items,
+        super::conversations::list_items,
+        super::conversations::retrieve_item,
+        super::conversations::delete_item,
         super::service::models,
         super::service::healthz,
         super::service::readyz,
@@ -63,6 +71,7 @@ use crate::error::ErrorEnvelope;
     modifiers(&V1Layers),
     tags(
         (name = "responses", description = "Responses (runs): create, read, stream, pause and resume, cancel, delete."),
+        (name = "conversations", description = "Conversations kept on the server: their metadata and items."),
         (name = "models", description = "The models the service routes."),
         (name = "operations", description = "Health, readiness, metrics and this document; no key needed."),
     )

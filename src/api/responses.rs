@@ -369,30 +369,8 @@ pub async fn input_items(
     ApiQuery(query): ApiQuery<ListInputItems>,
 ) -> Result<Json<List<Item>>, ApiError> {
     access::serves(&id);
-    let limit = match query.limit.as_deref() {
-        None => 20,
-        Some(text) => match text.parse::<u32>() {
-            Ok(n) if (1..=100).contains(&n) => n,
-            _ => {
-                return Err(ApiError::invalid(
-                    "limit",
-                    format!(
-                        "Invalid 'limit': expected an integer between 1 and 100, but got '{text}' instead."
-                    ),
-                ));
-            }
-        },
-    };
-    let descending = match query.order.as_deref() {
-        None | Some("desc") => true,
-        Some("asc") => false,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "order",
-                format!("Invalid value: '{other}'. Supported values are: 'asc' and 'desc'."),
-            ));
-        }
-    };
+    let limit = page_limit(query.limit.as_deref())?;
+    let descending = page_descending(query.order.as_deref())?;
     let page = ItemPage {
         limit,
         descending,
@@ -409,4 +387,32 @@ pub async fn input_items(
         data: items,
         has_more,
     }))
+}
+
+/// A list's `limit`: 1 to 100, 20 without one.
+pub(super) fn page_limit(limit: Option<&str>) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(20),
+        Some(text) => match text.parse::<u32>() {
+            Ok(n) if (1..=100).contains(&n) => Ok(n),
+            _ => Err(ApiError::invalid(
+                "limit",
+                format!(
+                    "Invalid 'limit': expected an integer between 1 and 100, but got '{text}' instead."
+                ),
+            )),
+        },
+    }
+}
+
+/// Whether a list's `order` is `desc` (the default) rather than `asc`.
+pub(super) fn page_descending(order: Option<&str>) -> Result<bool, ApiError> {
+    match order {
+        None | Some("desc") => Ok(true),
+        Some("asc") => Ok(false),
+        Some(other) => Err(ApiError::invalid(
+            "order",
+            format!("Invalid value: '{other}'. Supported values are: 'asc' and 'desc'."),
+        )),
+    }
 }

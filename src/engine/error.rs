@@ -19,6 +19,10 @@ pub enum EngineError {
     Invalid(FieldError, Option<&'static str>),
     #[error("response {0} not found")]
     NotFound(String),
+    /// Something else the caller names is not there (or is another tenant's): the message
+    /// says what.
+    #[error("{0}")]
+    Missing(String),
     #[error("the service is shutting down")]
     ShuttingDown,
     /// The database cannot be reached: the client may try again.

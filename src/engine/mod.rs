@@ -14,6 +14,7 @@ mod cancel;
 mod chain;
 mod compact;
 pub mod control;
+mod conversations;
 mod create;
 pub mod emitter;
 mod error;

@@ -18,6 +18,18 @@ pub const COMPACTION: &str = "cmp";
 pub const COMPACTION_RESULT: &str = "cmpr";
 pub const ADDITIONAL_TOOLS: &str = "at";
 pub const API_KEY: &str = "key";
+pub const CONVERSATION: &str = "conv";
+
+/// A new conversation id: `conv_` and 48 hex digits (a UUIDv7, so ids sort by creation time,
+/// then 64 random bits), the length OpenAI's have.
+pub fn new_conversation() -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "{CONVERSATION}_{}{}",
+        uuid::Uuid::now_v7().simple(),
+        &random[..16]
+    )
+}
 
 /// A new id of the given kind, e.g. `new(RESPONSE)` = `resp_0193…`.
 pub fn new(prefix: &str) -> String {

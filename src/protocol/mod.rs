@@ -2,6 +2,7 @@
 //! Schemas of the OpenAPI document derived from them; nothing here knows about HTTP, SQL or
 //! the run loop.
 
+pub mod conversation;
 pub mod events;
 pub mod field;
 pub mod ids;

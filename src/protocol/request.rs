@@ -267,7 +267,7 @@ impl CreateResponse {
         if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
             return Err(unsupported(
                 "conversation",
-                "Conversations are not supported by this service; chain responses with 'previous_response_id'.",
+                "The 'conversation' parameter is not supported yet (the /v1/conversations endpoints are); chain responses with 'previous_response_id'.",
             ));
         }
         if self.background == Some(true) && self.store == Some(false) {
@@ -443,7 +443,7 @@ pub fn check_input_size(input: Option<&Value>, limits: &RequestLimits) -> Result
     Ok(())
 }
 
-fn validate_metadata(
+pub(crate) fn validate_metadata(
     metadata: &Map<String, Value>,
     limits: &RequestLimits,
 ) -> Result<(), FieldError> {
@@ -533,7 +533,7 @@ pub fn parse_input(input: Option<&Value>) -> Result<Vec<InputEntry>, FieldError>
     Ok(items)
 }
 
-fn parse_item(value: &Value, path: &str) -> Result<InputEntry, FieldError> {
+pub(crate) fn parse_item(value: &Value, path: &str) -> Result<InputEntry, FieldError> {
     if value.get("type").and_then(Value::as_str) == Some("item_reference") {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]

@@ -32,9 +32,9 @@ pub use run_store::RunStore;
 pub use shared::SqlStore;
 pub use state::{Guard, LeaseAfter, RunState, Transition};
 pub use types::{
-    ApiKeyRecord, Applied, Backend, BatchOutcome, Change, ClosingEvents, FoundItem, IdempotencyKey,
-    IdempotentRequest, Lease, Loss, NewRun, Notification, NotificationStream, Order, RunEnding,
-    Saved, StoredRun, UsageRow, WriteBatch,
+    ApiKeyRecord, Appended, Applied, Backend, BatchOutcome, Change, ClosingEvents,
+    ConversationRecord, FoundItem, IdempotencyKey, IdempotentRequest, Lease, Loss, NewRun,
+    Notification, NotificationStream, Order, RunEnding, Saved, StoredRun, UsageRow, WriteBatch,
 };
 
 /// The tenant every row belongs to until API keys arrive.

@@ -7,8 +7,9 @@ use super::error::StoreError;
 use super::migrate::Schema;
 use super::state::RunState;
 use super::types::{
-    ApiKeyRecord, Applied, Backend, BatchOutcome, Change, FoundItem, IdempotentRequest, Lease,
-    NewRun, NotificationStream, Order, Saved, StoredRun, UsageRow, WriteBatch,
+    ApiKeyRecord, Appended, Applied, Backend, BatchOutcome, Change, ConversationRecord, FoundItem,
+    IdempotentRequest, Lease, NewRun, NotificationStream, Order, Saved, StoredRun, UsageRow,
+    WriteBatch,
 };
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
@@ -180,6 +181,68 @@ pub trait RunStore: Send + Sync + 'static {
         runs_before: UnixMillis,
         keys_before: UnixMillis,
     ) -> Result<(u64, u64), StoreError>;
+
+    /// Stores a new conversation with its first items (ids given), in one transaction.
+    async fn create_conversation(
+        &self,
+        conversation: &ConversationRecord,
+        items: &[Item],
+    ) -> Result<(), StoreError>;
+
+    /// The tenant's conversation (`NotFound` for another tenant's, as for none).
+    async fn get_conversation(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<ConversationRecord, StoreError>;
+
+    /// Replaces a conversation's metadata; the conversation as it is then.
+    async fn update_conversation(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        metadata: &str,
+    ) -> Result<ConversationRecord, StoreError>;
+
+    /// Deletes a conversation with its items.
+    async fn delete_conversation(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
+
+    /// Appends items (ids given) after the conversation's last, numbered under its row, in one
+    /// transaction: none when the conversation has one of their ids already.
+    async fn append_conversation_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        items: &[Item],
+        now: UnixMillis,
+    ) -> Result<Appended, StoreError>;
+
+    /// Up to `limit` items of a conversation after the one with id `after`, and whether more
+    /// follow. `NotFound` when the conversation or `after` is not there.
+    async fn list_conversation_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        limit: u32,
+        order: Order,
+        after: Option<&str>,
+    ) -> Result<(Vec<Item>, bool), StoreError>;
+
+    /// One item of a conversation.
+    async fn get_conversation_item(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<Item, StoreError>;
+
+    /// Takes one item out of a conversation.
+    async fn delete_conversation_item(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<(), StoreError>;
 
     /// News from other instances sharing this database (PostgreSQL `LISTEN`); `None` when
     /// the backend has no such channel (SQLite: one process).

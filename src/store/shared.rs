@@ -28,8 +28,9 @@ use super::run_store::RunStore;
 use super::sql::{self, IndexedItem, ItemRow, RunRow};
 use super::state::{LeaseAfter, RunState, Transition};
 use super::types::{
-    ApiKeyRecord, Applied, Backend, BatchOutcome, Change, FoundItem, IdempotentRequest, Lease,
-    NewRun, NotificationStream, Order, Saved, StoredRun, UsageRow, WriteBatch,
+    ApiKeyRecord, Appended, Applied, Backend, BatchOutcome, Change, ConversationRecord, FoundItem,
+    IdempotentRequest, Lease, NewRun, NotificationStream, Order, Saved, StoredRun, UsageRow,
+    WriteBatch,
 };
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
@@ -727,6 +728,190 @@ where
             }
         }
         Ok((runs, keys))
+    }
+
+    async fn create_conversation(
+        &self,
+        conversation: &ConversationRecord,
+        items: &[Item],
+    ) -> Result<(), StoreError> {
+        let mut conn = self.backend.writer().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query(sql::INSERT_CONVERSATION)
+            .bind(&conversation.id)
+            .bind(&conversation.tenant_id)
+            .bind(conversation.created_at)
+            .bind(&conversation.metadata)
+            .bind(items.len() as i64)
+            .execute(&mut *tx)
+            .await?;
+        for (seq, item) in items.iter().enumerate() {
+            sqlx::query(sql::INSERT_CONVERSATION_ITEM)
+                .bind(&conversation.id)
+                .bind(seq as i64)
+                .bind(item.id())
+                .bind(sql::to_json(item)?)
+                .bind(conversation.created_at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_conversation(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<ConversationRecord, StoreError> {
+        findable(id)?;
+        let row: Option<sql::ConversationRow> = sqlx::query_as(sql::GET_CONVERSATION)
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(self.backend.readers())
+            .await?;
+        row.map(Into::into).ok_or(StoreError::NotFound)
+    }
+
+    async fn update_conversation(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        metadata: &str,
+    ) -> Result<ConversationRecord, StoreError> {
+        findable(id)?;
+        let updated = sqlx::query(sql::UPDATE_CONVERSATION)
+            .bind(tenant_id)
+            .bind(id)
+            .bind(metadata)
+            .execute(&mut *self.backend.writer().await?)
+            .await?
+            .rows_affected();
+        if updated == 0 {
+            return Err(StoreError::NotFound);
+        }
+        self.get_conversation(tenant_id, id).await
+    }
+
+    async fn delete_conversation(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        findable(id)?;
+        let mut conn = self.backend.writer().await?;
+        let mut tx = conn.begin().await?;
+        let deleted = sqlx::query(sql::DELETE_CONVERSATION)
+            .bind(tenant_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if deleted == 0 {
+            return Err(StoreError::NotFound);
+        }
+        sqlx::query(sql::DELETE_CONVERSATION_ITEMS)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn append_conversation_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        items: &[Item],
+        now: UnixMillis,
+    ) -> Result<Appended, StoreError> {
+        findable(id)?;
+        let mut conn = self.backend.writer().await?;
+        let mut tx = conn.begin().await?;
+        let first: Option<i64> = sqlx::query_scalar(sql::RESERVE_CONVERSATION_SEQ)
+            .bind(tenant_id)
+            .bind(id)
+            .bind(items.len() as i64)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let first = first.ok_or(StoreError::NotFound)?;
+        for (offset, item) in items.iter().enumerate() {
+            let inserted = sqlx::query(sql::INSERT_CONVERSATION_ITEM)
+                .bind(id)
+                .bind(first + offset as i64)
+                .bind(item.id())
+                .bind(sql::to_json(item)?)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if inserted == 0 {
+                // Dropping the transaction rolls it back: nothing is appended.
+                return Ok(Appended::Duplicate(item.id().to_string()));
+            }
+        }
+        tx.commit().await?;
+        Ok(Appended::Items(items.to_vec()))
+    }
+
+    async fn list_conversation_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        limit: u32,
+        order: Order,
+        after: Option<&str>,
+    ) -> Result<(Vec<Item>, bool), StoreError> {
+        self.get_conversation(tenant_id, id).await?;
+        let seq: Option<i64> = match after {
+            None => None,
+            Some(item_id) => {
+                findable(item_id)?;
+                let row: Option<(i64, String)> = sqlx::query_as(sql::CONVERSATION_ITEM)
+                    .bind(tenant_id)
+                    .bind(id)
+                    .bind(item_id)
+                    .fetch_optional(self.backend.readers())
+                    .await?;
+                Some(row.ok_or(StoreError::NotFound)?.0)
+            }
+        };
+        let (query, from) = sql::conversation_page(order);
+        let rows: Vec<ItemRow> = sqlx::query_as(query)
+            .bind(id)
+            .bind(seq.unwrap_or(from))
+            .bind(i64::from(limit) + 1)
+            .fetch_all(self.backend.readers())
+            .await?;
+        sql::page_of(rows, limit)
+    }
+
+    async fn get_conversation_item(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<Item, StoreError> {
+        findable(id)?;
+        findable(item_id)?;
+        let row: Option<(i64, String)> = sqlx::query_as(sql::CONVERSATION_ITEM)
+            .bind(tenant_id)
+            .bind(id)
+            .bind(item_id)
+            .fetch_optional(self.backend.readers())
+            .await?;
+        sql::from_json(&row.ok_or(StoreError::NotFound)?.1)
+    }
+
+    async fn delete_conversation_item(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<(), StoreError> {
+        self.get_conversation_item(tenant_id, id, item_id).await?;
+        sqlx::query(sql::DELETE_CONVERSATION_ITEM)
+            .bind(id)
+            .bind(item_id)
+            .execute(&mut *self.backend.writer().await?)
+            .await?;
+        Ok(())
     }
 
     async fn notifications(&self) -> Result<Option<NotificationStream>, StoreError> {

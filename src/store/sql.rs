@@ -467,3 +467,68 @@ impl From<UsageDbRow> for UsageRow {
         }
     }
 }
+
+pub(super) const INSERT_CONVERSATION: &str = "INSERT INTO conversations \
+     (id, tenant_id, created_at, metadata, next_seq) VALUES ($1, $2, $3, $4, $5)";
+
+pub(super) const GET_CONVERSATION: &str = "SELECT id, tenant_id, created_at, metadata \
+     FROM conversations WHERE tenant_id = $1 AND id = $2";
+
+pub(super) const UPDATE_CONVERSATION: &str = "UPDATE conversations SET metadata = $3 \
+     WHERE tenant_id = $1 AND id = $2";
+
+pub(super) const DELETE_CONVERSATION: &str =
+    "DELETE FROM conversations WHERE tenant_id = $1 AND id = $2";
+
+pub(super) const DELETE_CONVERSATION_ITEMS: &str =
+    "DELETE FROM conversation_items WHERE conversation_id = $1";
+
+/// Reserves `$3` sequence numbers under the conversation's row (the row lock on PostgreSQL,
+/// the one writer on SQLite): the first of them.
+pub(super) const RESERVE_CONVERSATION_SEQ: &str = "UPDATE conversations \
+     SET next_seq = next_seq + $3 WHERE tenant_id = $1 AND id = $2 RETURNING next_seq - $3";
+
+pub(super) const INSERT_CONVERSATION_ITEM: &str = "INSERT INTO conversation_items \
+     (conversation_id, seq, item_id, item, created_at) VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT DO NOTHING";
+
+/// The conversation's item with this id, if it is the tenant's.
+pub(super) const CONVERSATION_ITEM: &str = "SELECT i.seq, i.item FROM conversation_items i \
+     JOIN conversations c ON c.id = i.conversation_id \
+     WHERE c.tenant_id = $1 AND c.id = $2 AND i.item_id = $3";
+
+pub(super) const CONVERSATION_ITEMS_BEFORE: &str = "SELECT item FROM conversation_items \
+     WHERE conversation_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
+
+pub(super) const CONVERSATION_ITEMS_AFTER: &str = "SELECT item FROM conversation_items \
+     WHERE conversation_id = $1 AND seq > $2 ORDER BY seq ASC LIMIT $3";
+
+pub(super) const DELETE_CONVERSATION_ITEM: &str =
+    "DELETE FROM conversation_items WHERE conversation_id = $1 AND item_id = $2";
+
+#[derive(sqlx::FromRow)]
+pub(super) struct ConversationRow {
+    pub id: String,
+    pub tenant_id: String,
+    pub created_at: i64,
+    pub metadata: String,
+}
+
+impl From<ConversationRow> for super::types::ConversationRecord {
+    fn from(row: ConversationRow) -> Self {
+        super::types::ConversationRecord {
+            id: row.id,
+            tenant_id: row.tenant_id,
+            created_at: UnixMillis::from_millis(row.created_at),
+            metadata: row.metadata,
+        }
+    }
+}
+
+/// A page of a conversation's items in `order`: the statement and where it starts.
+pub(super) fn conversation_page(order: Order) -> (&'static str, i64) {
+    match order {
+        Order::Descending => (CONVERSATION_ITEMS_BEFORE, i64::MAX),
+        Order::Ascending => (CONVERSATION_ITEMS_AFTER, -1),
+    }
+}

@@ -262,3 +262,21 @@ pub enum Notification {
 
 pub type NotificationStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = Notification> + Send>>;
+
+/// A conversation as stored (its items are apart, in order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConversationRecord {
+    pub id: String,
+    pub tenant_id: String,
+    pub created_at: UnixMillis,
+    /// JSON object.
+    pub metadata: String,
+}
+
+/// Items appended to a conversation: as stored, or the id of one it has already (nothing was
+/// appended).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Appended {
+    Items(Vec<Item>),
+    Duplicate(String),
+}

@@ -12,6 +12,7 @@ mod background;
 mod cli;
 mod clients;
 mod config;
+mod conversations;
 mod crash;
 mod faults;
 mod hostile;

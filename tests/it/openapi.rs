@@ -15,6 +15,10 @@ const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/responses/{id}/input_items", &["get"]),
     ("/v1/responses/{id}/submit_tool_outputs", &["post"]),
     ("/v1/responses/{id}/cancel", &["post"]),
+    ("/v1/conversations", &["post"]),
+    ("/v1/conversations/{id}", &["get", "post", "delete"]),
+    ("/v1/conversations/{id}/items", &["get", "post"]),
+    ("/v1/conversations/{id}/items/{item_id}", &["get", "delete"]),
     ("/v1/models", &["get"]),
     ("/healthz", &["get"]),
     ("/readyz", &["get"]),
@@ -29,6 +33,9 @@ const WITH_BODY: &[(&str, &str)] = &[
     ("/v1/responses", "post"),
     ("/v1/responses/compact", "post"),
     ("/v1/responses/{id}/submit_tool_outputs", "post"),
+    ("/v1/conversations", "post"),
+    ("/v1/conversations/{id}", "post"),
+    ("/v1/conversations/{id}/items", "post"),
 ];
 
 async fn document(app: &TestApp) -> Value {

@@ -10,6 +10,9 @@ _SEQUENCE = itertools.count()
 _CREATED: list[str] = []
 # Paused responses not answered yet: their id and the call ids they wait for.
 _PAUSED: list[tuple[str, list[str]]] = []
+# Conversations this run created, and the ids of items added to each.
+_CONVERSATIONS: list[str] = []
+_ITEMS: dict[str, list[str]] = {}
 
 
 @schemathesis.hook
@@ -30,6 +33,15 @@ def before_call(context, case, kwargs):
     if n % 2:
         return
     body = case.body
+    if case.operation.path.startswith("/v1/conversations/"):
+        # The conversation endpoints address a conversation (and an item of it) of this run.
+        if _CONVERSATIONS and case.path_parameters:
+            conversation = _CONVERSATIONS[n % len(_CONVERSATIONS)]
+            case.path_parameters["id"] = conversation
+            items = _ITEMS.get(conversation)
+            if "item_id" in case.path_parameters and items:
+                case.path_parameters["item_id"] = items[n % len(items)]
+        return
     if case.operation.path.endswith("/submit_tool_outputs") and _PAUSED and isinstance(body, dict):
         response_id, calls = _PAUSED.pop()
         case.path_parameters["id"] = response_id
@@ -55,7 +67,19 @@ def after_call(context, case, response):
     """Remembers the id of every response created, and the calls a paused one waits for
     (from answers as JSON)."""
     operation = case.operation
-    if response.status_code != 200 or operation.method.upper() != "POST":
+    if response.status_code != 200:
+        return
+    if operation.path == "/v1/conversations/{id}/items":
+        # Items added, or listed: ids to address one item by.
+        try:
+            page = response.json()
+        except ValueError:
+            return
+        added = [item.get("id") for item in page.get("data", []) if isinstance(item, dict)]
+        known = _ITEMS.setdefault(case.path_parameters["id"], [])
+        known.extend(i for i in added if isinstance(i, str) and i not in known)
+        return
+    if operation.method.upper() != "POST":
         return
     try:
         body = response.json()
@@ -65,6 +89,8 @@ def after_call(context, case, response):
         return
     if operation.path == "/v1/responses":
         _CREATED.append(body["id"])
+    if operation.path == "/v1/conversations":
+        _CONVERSATIONS.append(body["id"])
     action = body.get("required_action")
     if isinstance(action, dict):
         pending = action.get("submit_tool_outputs", {})

@@ -1,0 +1,25 @@
+-- Conversations (the Conversations API): a tenant's list of items kept on the server. Items
+-- are ordered by `seq`, a number handed out under the conversation's row (`next_seq`), never by
+-- time; an item's key includes its conversation, so one item may be in several. `item` is the
+-- item exactly as a Response shows it (JSON text).
+CREATE TABLE conversations (
+    id          TEXT PRIMARY KEY,
+    tenant_id   TEXT NOT NULL,
+    created_at  BIGINT NOT NULL,
+    metadata    TEXT NOT NULL,
+    next_seq    BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX conversations_tenant ON conversations (tenant_id);
+
+CREATE TABLE conversation_items (
+    conversation_id  TEXT NOT NULL,
+    seq              BIGINT NOT NULL,
+    item_id          TEXT NOT NULL,
+    item             TEXT NOT NULL,
+    created_at       BIGINT NOT NULL,
+    PRIMARY KEY (conversation_id, seq),
+    UNIQUE (conversation_id, item_id)
+);
+
+-- Only adds tables: binaries that know migration 10 run on it.
+INSERT INTO schema_compat (version, requires) VALUES (11, 10);

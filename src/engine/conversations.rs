@@ -1,0 +1,209 @@
+//! The Conversations API: a tenant's conversations and their items, kept in the store.
+//! Another tenant's conversation is answered exactly as one that does not exist.
+
+use serde_json::{Map, Value};
+
+use super::{Engine, EngineError, ItemPage};
+use crate::protocol::conversation::{self, Conversation};
+use crate::protocol::field::FieldError;
+use crate::protocol::ids;
+use crate::protocol::items::Item;
+use crate::store::{Appended, ConversationRecord, Order, StoreError};
+use crate::time::UnixMillis;
+
+impl Engine {
+    /// A new conversation with its first items.
+    pub async fn create_conversation(
+        &self,
+        tenant_id: &str,
+        metadata: Option<Map<String, Value>>,
+        items: &[Value],
+    ) -> Result<Conversation, EngineError> {
+        let metadata = metadata.unwrap_or_default();
+        conversation::check_metadata(&metadata, &self.inner.settings.limits)?;
+        let items = conversation::parse_items(items)?;
+        if let Some(id) = first_repeated(&items) {
+            return Err(duplicate(&id));
+        }
+        let record = ConversationRecord {
+            id: ids::new_conversation(),
+            tenant_id: tenant_id.to_string(),
+            created_at: UnixMillis::now(),
+            metadata: Value::Object(metadata).to_string(),
+        };
+        self.inner
+            .store
+            .create_conversation(&record, &items)
+            .await?;
+        shown(record)
+    }
+
+    pub async fn conversation(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<Conversation, EngineError> {
+        let found = self.inner.store.get_conversation(tenant_id, id).await;
+        shown(found.map_err(|e| missing_conversation(e, id))?)
+    }
+
+    pub async fn update_conversation(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        metadata: Map<String, Value>,
+    ) -> Result<Conversation, EngineError> {
+        conversation::check_metadata(&metadata, &self.inner.settings.limits)?;
+        let updated = self
+            .inner
+            .store
+            .update_conversation(tenant_id, id, &Value::Object(metadata).to_string())
+            .await;
+        shown(updated.map_err(|e| missing_conversation(e, id))?)
+    }
+
+    pub async fn delete_conversation(&self, tenant_id: &str, id: &str) -> Result<(), EngineError> {
+        let deleted = self.inner.store.delete_conversation(tenant_id, id).await;
+        deleted.map_err(|e| missing_conversation(e, id))
+    }
+
+    /// Appends items after the conversation's last; an id it has already is a 400 and
+    /// nothing is appended.
+    pub async fn add_conversation_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        items: &[Value],
+    ) -> Result<Vec<Item>, EngineError> {
+        let items = conversation::parse_items(items)?;
+        if let Some(repeated) = first_repeated(&items) {
+            return Err(duplicate(&repeated));
+        }
+        let appended = self
+            .inner
+            .store
+            .append_conversation_items(tenant_id, id, &items, UnixMillis::now())
+            .await
+            .map_err(|e| missing_conversation(e, id))?;
+        match appended {
+            Appended::Items(items) => Ok(items),
+            Appended::Duplicate(item_id) => Err(duplicate(&item_id)),
+        }
+    }
+
+    pub async fn conversation_items(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        page: &ItemPage,
+    ) -> Result<(Vec<Item>, bool), EngineError> {
+        self.conversation(tenant_id, id).await?;
+        let order = match page.descending {
+            true => Order::Descending,
+            false => Order::Ascending,
+        };
+        let listed = self
+            .inner
+            .store
+            .list_conversation_items(tenant_id, id, page.limit, order, page.after.as_deref())
+            .await;
+        match listed {
+            Ok(found) => Ok(found),
+            Err(StoreError::NotFound) => Err(FieldError::new(
+                "after",
+                format!(
+                    "Invalid 'after': no item with id '{}' in this conversation.",
+                    page.after.as_deref().unwrap_or_default()
+                ),
+            )
+            .into()),
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    pub async fn conversation_item(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<Item, EngineError> {
+        self.conversation(tenant_id, id).await?;
+        let found = self
+            .inner
+            .store
+            .get_conversation_item(tenant_id, id, item_id)
+            .await;
+        found.map_err(|e| missing_item(e, item_id))
+    }
+
+    /// Takes an item out of a conversation; the conversation as it is then.
+    pub async fn delete_conversation_item(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<Conversation, EngineError> {
+        let conversation = self.conversation(tenant_id, id).await?;
+        let deleted = self
+            .inner
+            .store
+            .delete_conversation_item(tenant_id, id, item_id)
+            .await;
+        deleted.map_err(|e| missing_item(e, item_id))?;
+        Ok(conversation)
+    }
+}
+
+/// The conversation as the API shows it.
+fn shown(record: ConversationRecord) -> Result<Conversation, EngineError> {
+    let metadata = match serde_json::from_str(&record.metadata) {
+        Ok(Value::Object(map)) => map,
+        _ => {
+            return Err(EngineError::Internal(std::sync::Arc::new(
+                StoreError::Corrupt(crate::store::Cause::new(format!(
+                    "conversation {} has metadata that is not a JSON object",
+                    record.id
+                ))),
+            )));
+        }
+    };
+    Ok(Conversation {
+        id: record.id,
+        object: "conversation",
+        created_at: record.created_at.as_secs(),
+        metadata,
+    })
+}
+
+fn missing_conversation(error: StoreError, id: &str) -> EngineError {
+    match error {
+        StoreError::NotFound => {
+            EngineError::Missing(format!("Conversation with id '{id}' not found."))
+        }
+        other => other.into(),
+    }
+}
+
+fn missing_item(error: StoreError, item_id: &str) -> EngineError {
+    match error {
+        StoreError::NotFound => {
+            EngineError::Missing(format!("Item with id '{item_id}' not found."))
+        }
+        other => other.into(),
+    }
+}
+
+/// OpenAI's words for an item id a conversation has already.
+fn duplicate(id: &str) -> EngineError {
+    FieldError::new("items", format!("Duplicate item found with id {id}.")).into()
+}
+
+/// The first id that comes twice among `items`.
+fn first_repeated(items: &[Item]) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    items
+        .iter()
+        .map(Item::id)
+        .find(|id| !seen.insert(*id))
+        .map(str::to_string)
+}
