@@ -69,6 +69,7 @@ use sha2::{Digest, Sha256};
             ),
         ),
         (status = 400, response = super::errors::BadRequest),
+        (status = 404, response = super::errors::NotFound),
         (status = 408, response = super::errors::RequestTimeout),
         (status = 413, response = super::errors::PayloadTooLarge),
         (status = 415, response = super::errors::UnsupportedMediaType),

@@ -83,6 +83,11 @@ impl Engine {
         tenant_id: &str,
         body: &ResponseObject,
     ) -> Result<Vec<Entry>, EngineError> {
+        if let Some(conversation) = &body.conversation {
+            return self
+                .conversation_before(tenant_id, body, &conversation.id)
+                .await;
+        }
         match &body.previous_response_id {
             Some(previous) => match self.chain(tenant_id, previous).await {
                 Ok((history, _)) => Ok(history),

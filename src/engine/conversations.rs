@@ -8,10 +8,61 @@ use crate::protocol::conversation::{self, Conversation};
 use crate::protocol::field::FieldError;
 use crate::protocol::ids;
 use crate::protocol::items::Item;
+use crate::protocol::response::ResponseObject;
+use crate::protocol::transcript::Entry;
 use crate::store::{Appended, ConversationRecord, Order, StoreError};
 use crate::time::UnixMillis;
 
 impl Engine {
+    /// What a new response in the conversation `id` is shown before its input: the
+    /// conversation's items, in order. An input item with an id the conversation has is a 400.
+    pub(super) async fn conversation_context(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        input: &[Item],
+    ) -> Result<Vec<Entry>, EngineError> {
+        let items = self
+            .inner
+            .store
+            .conversation_history(tenant_id, id)
+            .await
+            .map_err(|e| missing_conversation(e, id))?;
+        let known: std::collections::HashSet<&str> = items.iter().map(Item::id).collect();
+        if let Some(item) = input.iter().find(|item| known.contains(item.id())) {
+            return Err(FieldError::new(
+                "input",
+                format!("Duplicate item found with id {}.", item.id()),
+            )
+            .into());
+        }
+        Ok(items.into_iter().map(Entry::Item).collect())
+    }
+
+    /// What a stored response in a conversation was shown before its own items (to resume it
+    /// or take it over): the conversation's items up to the first of its input or output.
+    pub(super) async fn conversation_before(
+        &self,
+        tenant_id: &str,
+        body: &ResponseObject,
+        id: &str,
+    ) -> Result<Vec<Entry>, EngineError> {
+        let items = match self.inner.store.conversation_history(tenant_id, id).await {
+            Ok(items) => items,
+            // Deleted meanwhile: the response goes on with its own items only.
+            Err(StoreError::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let input = self.inner.store.input_items(tenant_id, &body.id).await?;
+        let own: std::collections::HashSet<&str> =
+            input.iter().chain(&body.output).map(Item::id).collect();
+        Ok(items
+            .into_iter()
+            .take_while(|item| !own.contains(item.id()))
+            .map(Entry::Item)
+            .collect())
+    }
+
     /// A new conversation with its first items.
     pub async fn create_conversation(
         &self,
@@ -206,4 +257,20 @@ fn first_repeated(items: &[Item]) -> Option<String> {
         .map(Item::id)
         .find(|id| !seen.insert(*id))
         .map(str::to_string)
+}
+
+/// A conversation a response could not take as it was stored or resumed: another response
+/// holds it (OpenAI's 400 `conversation_locked`), or it is gone.
+pub(super) fn not_taken(error: StoreError, body: &ResponseObject) -> EngineError {
+    let id = body.conversation.as_ref().map_or("", |c| c.id.as_str());
+    match error {
+        StoreError::Locked => EngineError::Invalid(
+            FieldError::new(
+                "conversation",
+                "Another process is currently operating on this conversation. Please retry in a few seconds.",
+            ),
+            Some("conversation_locked"),
+        ),
+        other => missing_conversation(other, id),
+    }
 }

@@ -70,9 +70,18 @@ impl Engine {
         if resolved.items.is_empty() && request.previous_response_id.is_none() {
             return Err(FieldError::new("input", "Missing required parameter: 'input'.").into());
         }
-        let (history, previous) = self
-            .previous(tenant_id, &request, memory.as_deref())
-            .await?;
+        let (history, previous) = match request.conversation_id()? {
+            Some(conversation) => {
+                let history = self
+                    .conversation_context(tenant_id, &conversation, &resolved.items)
+                    .await?;
+                (history, None)
+            }
+            None => {
+                self.previous(tenant_id, &request, memory.as_deref())
+                    .await?
+            }
+        };
         let chain_items = history.iter().filter_map(Entry::item);
         let prepared = self
             .prepare(
@@ -208,12 +217,17 @@ impl Engine {
             idempotency: idempotency.clone(),
             key_id: launch.key_id.clone(),
         };
-        let queued = match &run.idempotency {
-            None => self.inner.hub.queue_insert(run).await.map(Some),
-            Some(_) => self.inner.store.insert_run(&run).await.map(|()| None),
+        // A run in a conversation takes it as it is stored: the insert is awaited, and a
+        // conversation another response holds is the client's 400 before anything runs.
+        let queued = match (&run.idempotency, &run.body.conversation) {
+            (None, None) => self.inner.hub.queue_insert(run).await.map(Some),
+            _ => self.inner.store.insert_run(&run).await.map(|()| None),
         };
         let queued = match queued {
             Ok(queued) => queued,
+            Err(e @ (StoreError::Locked | StoreError::NotFound)) => {
+                return Err(super::conversations::not_taken(e, &launch.body));
+            }
             // A concurrent retry with the same key got there first: answer with its run.
             Err(StoreError::KeyTaken) if idempotency.is_some() => {
                 let key = idempotency.as_ref().ok_or(StoreError::KeyTaken)?;
@@ -282,6 +296,9 @@ impl Engine {
                     return Ok(existing);
                 }
                 return Err(StoreError::KeyTaken.into());
+            }
+            Err(e @ (StoreError::Locked | StoreError::NotFound)) => {
+                return Err(super::conversations::not_taken(e, &run.body));
             }
             Err(e) => return Err(e.into()),
         }

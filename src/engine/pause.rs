@@ -134,6 +134,9 @@ impl Engine {
         let applied = match self.inner.store.transition(&change).await {
             Ok(applied) => applied,
             Err(StoreError::Conflict { actual }) => return Err(not_accepting(actual)),
+            Err(StoreError::Locked) => {
+                return Err(super::conversations::not_taken(StoreError::Locked, &body));
+            }
             Err(StoreError::NotFound) => return Err(EngineError::NotFound(id.to_string())),
             Err(e) => return Err(e.into()),
         };

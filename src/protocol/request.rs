@@ -70,9 +70,9 @@ pub struct CreateResponse {
     /// Prompt templates are not supported: only `null` is accepted.
     #[schema(schema_with = null_only)]
     pub prompt: Option<Value>,
-    /// Conversations are not supported (chain with `previous_response_id`): only `null` is
-    /// accepted.
-    #[schema(schema_with = null_only)]
+    /// The conversation (`conv_…`, or `{"id": "conv_…"}`) whose items come before `input`,
+    /// and to which the response adds its own.
+    #[schema(schema_with = conversation_param)]
     pub conversation: Option<Value>,
     /// Accepted for compatibility (Codex sends it); not stored or echoed.
     pub client_metadata: Option<Value>,
@@ -227,6 +227,14 @@ fn null_only() -> Object {
     Object::with_type(Type::Null)
 }
 
+fn conversation_param() -> Schema {
+    let by_id = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("id", string())
+        .required("id");
+    one_of([string().into(), by_id.into(), null_only().into()])
+}
+
 impl CreateResponse {
     /// Checks the values the type system cannot: ranges, limits and unsupported features.
     pub fn validate(&self, limits: &RequestLimits) -> Result<(), FieldError> {
@@ -264,11 +272,19 @@ impl CreateResponse {
                 "Prompt templates are not supported by this service.",
             ));
         }
-        if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
-            return Err(unsupported(
-                "conversation",
-                "The 'conversation' parameter is not supported yet (the /v1/conversations endpoints are); chain responses with 'previous_response_id'.",
-            ));
+        if self.conversation_id()?.is_some() {
+            if self.previous_response_id.is_some() {
+                return Err(FieldError::new(
+                    "conversation",
+                    "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
+                ));
+            }
+            if self.store == Some(false) {
+                return Err(FieldError::new(
+                    "store",
+                    "A response in a conversation adds its items to it: 'store' cannot be false with 'conversation'.",
+                ));
+            }
         }
         if self.background == Some(true) && self.store == Some(false) {
             return Err(FieldError::new(
@@ -487,6 +503,30 @@ pub(crate) fn validate_metadata(
         }
     }
     Ok(())
+}
+
+impl CreateResponse {
+    /// The id `conversation` names: a string, or `{"id": …}`.
+    pub fn conversation_id(&self) -> Result<Option<String>, FieldError> {
+        match &self.conversation {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(id)) => Ok(Some(id.clone())),
+            Some(Value::Object(object)) => match object.get("id") {
+                Some(Value::String(id)) => Ok(Some(id.clone())),
+                _ => Err(FieldError::new(
+                    "conversation.id",
+                    "Missing required parameter: 'conversation.id'.",
+                )),
+            },
+            Some(other) => Err(FieldError::new(
+                "conversation",
+                format!(
+                    "Invalid type for 'conversation': expected a string or an object with an 'id', but got {} instead.",
+                    json_kind(other)
+                ),
+            )),
+        }
+    }
 }
 
 /// One entry of `input`: an item, or a reference to an item of an earlier response (its id),

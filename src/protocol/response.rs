@@ -45,6 +45,9 @@ pub struct ResponseObject {
     pub parallel_tool_calls: bool,
     #[schema(required)]
     pub previous_response_id: Option<String>,
+    /// The conversation the response reads and adds to (left out for a response in none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationRef>,
     /// The request's `tools` as given, a `function` tool with every key of its standard
     /// shape.
     #[schema(value_type = Vec<super::tools::ToolEntry>)]
@@ -166,6 +169,11 @@ impl ResponseObject {
             output: Vec::new(),
             parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
             previous_response_id: request.previous_response_id.clone(),
+            conversation: request
+                .conversation_id()
+                .ok()
+                .flatten()
+                .map(|id| ConversationRef { id }),
             tools: echo_tools(request.tools.as_deref().unwrap_or_default()),
             tool_choice: request.tool_choice.clone().unwrap_or_else(|| json!("auto")),
             truncation: request
@@ -543,4 +551,10 @@ mod tests {
             (None, &None, &None)
         );
     }
+}
+
+/// `{"id": "conv_…"}`: the conversation a response belongs to.
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize, ToSchema)]
+pub struct ConversationRef {
+    pub id: String,
 }

@@ -18,6 +18,8 @@ pub enum StoreError {
     Corrupt(Cause),
     /// Another request already holds this idempotency key.
     KeyTaken,
+    /// Another response holds the conversation (one at a time).
+    Locked,
     /// The database cannot be reached or is overloaded: trying again later may work.
     Unavailable(Cause),
     /// The database refused the statement or its data: trying it again will not help.
@@ -133,6 +135,7 @@ impl fmt::Display for StoreError {
             StoreError::Conflict { actual } => write!(f, "conflict: the run is {actual:?}"),
             StoreError::Corrupt(cause) => write!(f, "stored data is invalid: {cause}"),
             StoreError::KeyTaken => f.write_str("the idempotency key is taken"),
+            StoreError::Locked => f.write_str("another response holds the conversation"),
             StoreError::Unavailable(cause) => write!(f, "database unavailable: {cause}"),
             StoreError::Rejected(cause) => write!(f, "database error: {cause}"),
         }
@@ -148,7 +151,10 @@ impl Error for StoreError {
                 let source: &(dyn Error + 'static) = cause.source.as_deref()?;
                 Some(source)
             }
-            StoreError::NotFound | StoreError::Conflict { .. } | StoreError::KeyTaken => None,
+            StoreError::NotFound
+            | StoreError::Conflict { .. }
+            | StoreError::KeyTaken
+            | StoreError::Locked => None,
         }
     }
 }

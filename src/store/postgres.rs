@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::batch::Commit;
 use super::error::{Cause, StoreError, transient_code};
 use super::migrate;
-use super::shared::{Affected, SqlStore, StoreBackend};
+use super::shared::{self, Affected, SqlStore, StoreBackend};
 use super::sql::{self, IndexedItem};
 use super::types::{
     Backend, BatchOutcome, FoundItem, Loss, NewRun, Notification, NotificationStream, RunEnding,
@@ -341,12 +341,35 @@ impl Commit for PostgresBackend {
                 .iter()
                 .any(|e| inserted.contains(e.id.as_str()))
         };
-        let (held, ended) = if inserted_here {
+        // An ending of a run in a conversation changes the conversation in the same
+        // transaction (`shared::conversation_step`).
+        let conversational = batch.endings.iter().any(|e| e.body.conversation.is_some());
+        let (held, ended) = if inserted_here || conversational {
             let mut tx = conn.begin().await?;
-            let (held, _) =
-                Self::write_rows(&mut tx, batch.holder, &batch.runs, batch.events, &[]).await?;
-            let (_, ended) =
-                Self::write_rows(&mut tx, batch.holder, &[], &[], &batch.endings).await?;
+            let (held, ended) = if inserted_here {
+                let (held, _) =
+                    Self::write_rows(&mut tx, batch.holder, &batch.runs, batch.events, &[]).await?;
+                let (_, ended) =
+                    Self::write_rows(&mut tx, batch.holder, &[], &[], &batch.endings).await?;
+                (held, ended)
+            } else {
+                let endings = &batch.endings;
+                Self::write_rows(&mut tx, batch.holder, &batch.runs, batch.events, endings).await?
+            };
+            for e in &batch.endings {
+                if ended.contains(&e.id) {
+                    let to = e.transition.to();
+                    shared::conversation_step::<Self>(
+                        &mut tx,
+                        &e.id,
+                        Some(&e.tenant_id),
+                        &e.body,
+                        to,
+                        e.now,
+                    )
+                    .await?;
+                }
+            }
             tx.commit().await?;
             (held, ended)
         } else {

@@ -228,6 +228,13 @@ pub trait RunStore: Send + Sync + 'static {
         after: Option<&str>,
     ) -> Result<(Vec<Item>, bool), StoreError>;
 
+    /// Every item of a conversation, oldest first (`NotFound` for none of the tenant's).
+    async fn conversation_history(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<Vec<Item>, StoreError>;
+
     /// One item of a conversation.
     async fn get_conversation_item(
         &self,

@@ -155,6 +155,80 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
     fn upkeep(&self, stop: CancellationToken) -> impl Future<Output = ()> + Send;
 }
 
+/// What a run's change does to the conversation the run belongs to (`body.conversation`), on
+/// `conn`, in the change's transaction once it applied. A run that goes on (resumed) takes the
+/// conversation: `Locked` when another response holds it. A run that stops or pauses appends
+/// its input items, then its output, each item once (an id the conversation has is skipped:
+/// a resumed run appends only what is new), and lets go of it; a failed run appends nothing.
+/// Nothing happens for a run in no conversation.
+pub(super) async fn conversation_step<B: StoreBackend>(
+    conn: &mut Conn<B>,
+    run_id: &str,
+    tenant_id: Option<&str>,
+    body: &ResponseObject,
+    to: RunState,
+    now: UnixMillis,
+) -> Result<(), StoreError>
+where
+    for<'c> &'c mut Conn<B>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Decode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Decode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<&'q str>: Encode<'q, B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db>,
+    for<'q> Option<UnixMillis>: Encode<'q, B::Db>,
+    for<'r> &'r str: ColumnIndex<<B::Db as Database>::Row>,
+    usize: ColumnIndex<<B::Db as Database>::Row>,
+{
+    let Some(conversation) = body.conversation.as_ref().map(|c| c.id.as_str()) else {
+        return Ok(());
+    };
+    if matches!(to, RunState::InProgress | RunState::Queued) {
+        let tenant_id = tenant_id.unwrap_or_default();
+        let taken = sqlx::query(sql::LOCK_CONVERSATION)
+            .bind(tenant_id)
+            .bind(conversation)
+            .bind(run_id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        return match taken {
+            1 => Ok(()),
+            _ => Err(StoreError::Locked),
+        };
+    }
+    if to != RunState::Failed {
+        let rows: Vec<ItemRow> = sqlx::query_as(sql::RUN_INPUT_ITEMS)
+            .bind(run_id)
+            .fetch_all(&mut *conn)
+            .await?;
+        let input = sql::items(rows)?;
+        for item in input.iter().chain(&body.output) {
+            let appended = sqlx::query(sql::APPEND_CONVERSATION_ITEM)
+                .bind(conversation)
+                .bind(item.id())
+                .bind(sql::to_json(item)?)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            if appended == 1 {
+                sqlx::query(sql::BUMP_CONVERSATION_SEQ)
+                    .bind(conversation)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+    }
+    sqlx::query(sql::UNLOCK_CONVERSATION)
+        .bind(conversation)
+        .bind(run_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// A transition's compare-and-set on `conn`. The outer error is the database's; the inner one
 /// says why the change did not apply: `NotFound`, or `Conflict` with the run's state.
 pub(super) async fn compare_and_set<B: StoreBackend>(
@@ -271,6 +345,26 @@ where
                 return Err(StoreError::KeyTaken);
             }
         }
+        if let Some(conversation) = &run.body.conversation {
+            let taken = sqlx::query(sql::LOCK_CONVERSATION)
+                .bind(&run.tenant_id)
+                .bind(&conversation.id)
+                .bind(&run.body.id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if taken == 0 {
+                let exists: i64 = sqlx::query_scalar(sql::CONVERSATION_EXISTS)
+                    .bind(&run.tenant_id)
+                    .bind(&conversation.id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                return Err(match exists {
+                    0 => StoreError::NotFound,
+                    _ => StoreError::Locked,
+                });
+            }
+        }
         B::insert_run(&mut tx, run).await?;
         tx.commit().await?;
         let holder = run.lease.as_ref().map(|l| l.holder.as_str());
@@ -321,6 +415,9 @@ where
                 .await?;
             let indexed = sql::indexed_items(change.id, &tenant_id, body, change.transition.to())?;
             B::index_output(&mut tx, &indexed).await?;
+            let to = change.transition.to();
+            conversation_step::<B>(&mut tx, change.id, Some(&tenant_id), body, to, change.now)
+                .await?;
         }
         let last: Option<i64> = sqlx::query_scalar(sql::LAST_SEQUENCE_NUMBER)
             .bind(change.id)
@@ -880,6 +977,19 @@ where
             .fetch_all(self.backend.readers())
             .await?;
         sql::page_of(rows, limit)
+    }
+
+    async fn conversation_history(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<Vec<Item>, StoreError> {
+        self.get_conversation(tenant_id, id).await?;
+        let rows: Vec<ItemRow> = sqlx::query_as(sql::ALL_CONVERSATION_ITEMS)
+            .bind(id)
+            .fetch_all(self.backend.readers())
+            .await?;
+        sql::items(rows)
     }
 
     async fn get_conversation_item(

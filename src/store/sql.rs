@@ -532,3 +532,32 @@ pub(super) fn conversation_page(order: Order) -> (&'static str, i64) {
         Order::Ascending => (CONVERSATION_ITEMS_AFTER, -1),
     }
 }
+
+/// Takes a conversation for the response `$3`, if no response holds it (or `$3` does).
+pub(super) const LOCK_CONVERSATION: &str = "UPDATE conversations SET active_run = $3 \
+     WHERE tenant_id = $1 AND id = $2 AND (active_run IS NULL OR active_run = $3)";
+
+/// Lets go of a conversation the response `$2` holds.
+pub(super) const UNLOCK_CONVERSATION: &str =
+    "UPDATE conversations SET active_run = NULL WHERE id = $1 AND active_run = $2";
+
+pub(super) const CONVERSATION_EXISTS: &str =
+    "SELECT COUNT(*) FROM conversations WHERE tenant_id = $1 AND id = $2";
+
+/// Appends one item after a conversation's last, unless the conversation has its id already
+/// (then nothing happens); [`BUMP_CONVERSATION_SEQ`] follows when a row was inserted.
+pub(super) const APPEND_CONVERSATION_ITEM: &str = "INSERT INTO conversation_items \
+     (conversation_id, seq, item_id, item, created_at) \
+     SELECT id, next_seq, $2, $3, $4 FROM conversations WHERE id = $1 \
+     ON CONFLICT DO NOTHING";
+
+pub(super) const BUMP_CONVERSATION_SEQ: &str =
+    "UPDATE conversations SET next_seq = next_seq + 1 WHERE id = $1";
+
+/// A run's input items, in order.
+pub(super) const RUN_INPUT_ITEMS: &str =
+    "SELECT item FROM input_items WHERE response_id = $1 ORDER BY position";
+
+/// Every item of a conversation, oldest first.
+pub(super) const ALL_CONVERSATION_ITEMS: &str =
+    "SELECT item FROM conversation_items WHERE conversation_id = $1 ORDER BY seq";

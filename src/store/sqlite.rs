@@ -450,6 +450,16 @@ impl Commit for SqliteBackend {
             };
             let result = shared::compare_and_set::<Self>(&mut tx, &change).await?;
             if result.is_ok() {
+                let (id, tenant, to) = (&ending.id, &ending.tenant_id, ending.transition.to());
+                shared::conversation_step::<Self>(
+                    &mut tx,
+                    id,
+                    Some(tenant),
+                    &ending.body,
+                    to,
+                    ending.now,
+                )
+                .await?;
                 closing.extend(ending.events.iter().cloned());
                 indexed.extend(sql::indexed_items(
                     &ending.id,

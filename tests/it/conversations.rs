@@ -297,3 +297,346 @@ async fn another_tenants_conversation_is_answered_as_an_unknown_one() {
     assert_eq!(status, 200);
     assert_eq!(texts(&items), ["secret"]);
 }
+
+/// A response's `conversation` and its items, and what the model was shown.
+async fn conversation_texts(app: &TestApp, id: &str) -> Vec<(String, String)> {
+    let (status, page) = app
+        .get(&format!("/v1/conversations/{id}/items?order=asc&limit=100"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let kind = item["type"].as_str().unwrap().to_string();
+            let text = match kind.as_str() {
+                "message" => item["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                "function_call" => item["name"].as_str().unwrap().to_string(),
+                "function_call_output" => item["output"].as_str().unwrap_or("").to_string(),
+                _ => String::new(),
+            };
+            (kind, text)
+        })
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn responses_in_a_conversation_read_it_and_add_their_items_at_each_stop_on_every_backend() {
+    for db in backends().await {
+        let app = TestApp::builder().database(&db.url).start().await;
+        let (_, created) = app
+            .post(
+                "/v1/conversations",
+                &json!({"items": [message("I am Ada.")]}),
+            )
+            .await;
+        let id = created["id"].as_str().unwrap().to_string();
+
+        app.llm.push(crate::support::Turn::text("Hello Ada."));
+        let (status, first) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "Hi!"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{first}");
+        assert_eq!(first["conversation"], json!({"id": id}));
+        let shown = &app.llm.requests()[0]["messages"];
+        assert_eq!(
+            shown,
+            &json!([{"role": "user", "content": "I am Ada."}, {"role": "user", "content": "Hi!"}])
+        );
+        assert_eq!(
+            conversation_texts(&app, &id).await,
+            pairs(&[
+                ("message", "I am Ada."),
+                ("message", "Hi!"),
+                ("message", "Hello Ada.")
+            ])
+        );
+        // The output items are the Response's, ids and all.
+        let (_, page) = app
+            .get(&format!("/v1/conversations/{id}/items?limit=1"))
+            .await;
+        assert_eq!(page["data"][0], first["output"][0]);
+
+        // A client function pauses the next response: its call is in the conversation, and the
+        // next request answers it with only the output.
+        let weather = json!({"type": "function", "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+        app.llm.push(crate::support::Turn::tool_call(
+            "call_w",
+            "get_weather",
+            r#"{"city":"Paris"}"#,
+        ));
+        let (status, paused) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": {"id": id},
+                    "input": "Weather in Paris?", "tools": [weather]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{paused}");
+        assert_eq!(paused["output"][0]["type"], "function_call");
+        assert_eq!(
+            conversation_texts(&app, &id).await[3..],
+            pairs(&[
+                ("message", "Weather in Paris?"),
+                ("function_call", "get_weather")
+            ])
+        );
+        app.llm.push(crate::support::Turn::text("Sunny."));
+        let (status, answered) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "tools": [weather],
+                    "input": [{"type": "function_call_output", "call_id": "call_w", "output": "sunny, 24C"}]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{answered}");
+        assert_eq!(answered["output"][0]["content"][0]["text"], "Sunny.");
+        let requests = app.llm.requests();
+        let roles: Vec<&str> = requests[2]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            ["user", "user", "assistant", "user", "assistant", "tool"]
+        );
+        assert_eq!(
+            conversation_texts(&app, &id).await[5..],
+            pairs(&[
+                ("function_call_output", "sunny, 24C"),
+                ("message", "Sunny.")
+            ])
+        );
+        // The paused response was completed by the answer, as a continuation completes it.
+        let (_, before) = app
+            .get(&format!("/v1/responses/{}", paused["id"].as_str().unwrap()))
+            .await;
+        assert_eq!(before["status"], "completed");
+    }
+}
+
+#[tokio::test]
+async fn one_response_at_a_time_holds_a_conversation_on_every_backend() {
+    for db in backends().await {
+        let app = TestApp::builder().database(&db.url).start().await;
+        let (_, created) = app.post("/v1/conversations", &json!({})).await;
+        let id = created["id"].as_str().unwrap().to_string();
+        app.llm
+            .push(crate::support::Turn::text("slow answer").delayed(1_500));
+        let (status, running) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "first",
+                    "background": true}),
+            )
+            .await;
+        assert_eq!(status, 200, "{running}");
+        // While it runs, a second request on the conversation is refused with OpenAI's error;
+        // the items API is not locked.
+        let (status, locked) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "second"}),
+            )
+            .await;
+        assert_eq!(status, 400, "{locked}");
+        assert_eq!(
+            locked["error"],
+            json!({"type": "invalid_request_error", "param": "conversation",
+                "code": "conversation_locked",
+                "message": "Another process is currently operating on this conversation. Please retry in a few seconds."})
+        );
+        // Once it stops, the conversation is free again.
+        let run = format!("/v1/responses/{}", running["id"].as_str().unwrap());
+        for _ in 0..200 {
+            if app.get(&run).await.1["status"] == "completed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        app.llm.push(crate::support::Turn::text("ok"));
+        let (status, next) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "third"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{next}");
+        assert_eq!(
+            conversation_texts(&app, &id).await,
+            pairs(&[
+                ("message", "first"),
+                ("message", "slow answer"),
+                ("message", "third"),
+                ("message", "ok")
+            ])
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_conversation_parameter_that_cannot_work_is_refused_naming_it() {
+    let app = TestApp::start().await;
+    let (_, created) = app
+        .post("/v1/conversations", &json!({"items": [message("kept")]}))
+        .await;
+    let id = created["id"].as_str().unwrap();
+    let (_, items) = app.get(&format!("/v1/conversations/{id}/items")).await;
+    let kept = items["data"][0].clone();
+    let cases = [
+        (
+            json!({"conversation": id, "previous_response_id": "resp_1", "input": "x"}),
+            400,
+            "conversation",
+        ),
+        (
+            json!({"conversation": id, "store": false, "input": "x"}),
+            400,
+            "store",
+        ),
+        (
+            json!({"conversation": 7, "input": "x"}),
+            400,
+            "conversation",
+        ),
+        (
+            json!({"conversation": {"name": "x"}, "input": "x"}),
+            400,
+            "conversation.id",
+        ),
+        (json!({"conversation": id, "input": [kept]}), 400, "input"),
+        (
+            json!({"conversation": "conv_nowhere", "input": "x"}),
+            404,
+            "",
+        ),
+    ];
+    for (mut body, status, param) in cases {
+        body["model"] = json!("gpt-4o-mini");
+        let (got, reply) = app.post("/v1/responses", &body).await;
+        assert_eq!(got, status, "{body}: {reply}");
+        if status == 400 {
+            assert_eq!(reply["error"]["param"], param, "{body}: {reply}");
+        }
+    }
+    // Nothing was added by the refused requests.
+    let (_, after) = app.get(&format!("/v1/conversations/{id}/items")).await;
+    assert_eq!(after["data"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn two_concurrent_creates_on_one_conversation_give_one_run_and_one_refusal_on_every_backend()
+{
+    for db in backends().await {
+        let app = TestApp::builder().database(&db.url).start().await;
+        let (_, created) = app.post("/v1/conversations", &json!({})).await;
+        let id = created["id"].as_str().unwrap().to_string();
+        app.llm
+            .push(crate::support::Turn::text("the one").delayed(300));
+        app.llm
+            .push(crate::support::Turn::text("a second one").delayed(300));
+        let body = json!({"model": "gpt-4o-mini", "conversation": id, "input": "go"});
+        let (a, b) = tokio::join!(
+            app.post("/v1/responses", &body),
+            app.post("/v1/responses", &body)
+        );
+        let mut statuses = [a.0, b.0];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 400], "{a:?} {b:?}");
+        let refused = if a.0 == 400 { &a.1 } else { &b.1 };
+        assert_eq!(refused["error"]["code"], "conversation_locked");
+        assert_eq!(
+            conversation_texts(&app, &id).await,
+            pairs(&[("message", "go"), ("message", "the one")])
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_finished() {
+    use crate::support::{Binary, FakeLlm, Turn, read_until_cut};
+    for db in backends().await {
+        let llm = FakeLlm::start().await.unwrap();
+        // A's turn never ends before A is killed; the one asked again finishes a moment later.
+        llm.push(Turn::text("never sent").delayed(60_000));
+        llm.push(Turn::text("Finished after the takeover.").delayed(1_000));
+        let mut a = Binary::new().database(&db.url).upstream(&llm).spawn();
+        let client = reqwest::Client::new();
+        let created: Value = client
+            .post(a.url("/v1/conversations"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = created["id"].as_str().unwrap().to_string();
+        let response = client
+            .post(a.url("/v1/responses"))
+            .json(
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "go",
+                "stream": true}),
+            )
+            .send()
+            .await
+            .unwrap();
+        let (first, first_seen) = tokio::sync::oneshot::channel();
+        let live = tokio::spawn(read_until_cut(response, first));
+        first_seen.await.unwrap();
+        a.kill();
+        let run = live.await.unwrap().response_id();
+
+        // B: another instance (PostgreSQL) or the restarted process (SQLite).
+        let b = TestApp::builder()
+            .database(&db.url)
+            .upstream(llm)
+            .config(|c| {
+                c.runs.lease_ttl_ms = 1_000;
+                c.runs.sweep_interval_ms = 100;
+            })
+            .start()
+            .await;
+        let body = json!({"model": "gpt-4o-mini", "conversation": id, "input": "meanwhile"});
+        let (status, refused) = b.post("/v1/responses", &body).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["error"]["code"], "conversation_locked");
+        let mut done = Value::Null;
+        for _ in 0..300 {
+            let (_, found) = b.get(&format!("/v1/responses/{run}")).await;
+            if found["status"] == "completed" {
+                done = found;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(done["status"], "completed", "{}: {done}", db.url);
+        assert_eq!(
+            conversation_texts(&b, &id).await,
+            pairs(&[
+                ("message", "go"),
+                ("message", "Finished after the takeover.")
+            ])
+        );
+        b.llm.push(Turn::text("ok"));
+        let (status, next) = b.post("/v1/responses", &body).await;
+        assert_eq!(status, 200, "{next}");
+    }
+}

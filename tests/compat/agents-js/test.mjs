@@ -22,6 +22,7 @@ import { after, before, beforeEach, test } from 'node:test';
 
 import {
   Agent,
+  OpenAIConversationsSession,
   RunState,
   hostedMcpTool,
   run,
@@ -40,6 +41,8 @@ setTracingDisabled(true);
 const INSTRUCTIONS = 'Answer with the help of your tools.';
 const services = new Services();
 let failed = false;
+/** The OpenAI client the SDK uses (recording what it sends). */
+let sdkClient;
 
 /** Every request the SDK sent to switchyard, with switchyard's answer. */
 const wire = [];
@@ -105,6 +108,7 @@ before(async () => {
     fetch: recordingFetch,
   });
   setDefaultOpenAIClient(client);
+  sdkClient = client;
 });
 
 beforeEach(async () => {
@@ -518,4 +522,98 @@ check('3 rejection by interruption: the SDK replays a denial and the model is to
   const upstream = await services.upstreamRequests();
   assert.equal(upstream.length, 2);
   assert.match(toolMessages(upstream[1])[0].content, /denied/);
+});
+
+check('an OpenAIConversationsSession keeps a chat with a tool in a conversation on switchyard over two turns', async () => {
+  const { agent, executed } = weatherAgent();
+  await services.script(
+    toolCallTurn([['call_s1', 'get_weather', '{"city":"Paris"}']]),
+    textTurn(['It is sunny in Paris.']),
+    textTurn(['Still sunny tomorrow.']),
+  );
+  const session = new OpenAIConversationsSession({ client: sdkClient });
+
+  const first = await run(agent, 'Weather in Paris?', { session });
+  const second = await run(agent, 'And tomorrow?', { session });
+
+  assert.equal(first.finalOutput, 'It is sunny in Paris.');
+  assert.equal(second.finalOutput, 'Still sunny tomorrow.');
+  assert.deepEqual(executed, ['Paris']);
+  const conversationId = session.sessionId;
+  assert.match(conversationId, /^conv_[0-9a-f]{48}$/);
+  // What the conversation holds, read back through the API.
+  const stored = [];
+  for await (const item of sdkClient.conversations.items.list(conversationId, { order: 'asc' })) stored.push(item);
+  assert.deepEqual(
+    stored.map((item) => [item.type, item.role ?? null]),
+    [
+      ['message', 'user'],
+      ['function_call', null],
+      ['function_call_output', null],
+      ['message', 'assistant'],
+      ['message', 'user'],
+      ['message', 'assistant'],
+    ],
+  );
+  assert.equal(stored[1].call_id, 'call_s1');
+  assert.equal(stored[2].output, 'Sunny in Paris');
+  // The second turn's model request carried the first, read from the conversation.
+  const upstream = await services.upstreamRequests();
+  assert.equal(upstream.length, 3);
+  assert.deepEqual(upstreamRoles(upstream[2]), ['system', 'user', 'assistant', 'tool', 'assistant', 'user']);
+  assert.deepEqual(toolMessages(upstream[2]).map((m) => [m.tool_call_id, m.content]), [['call_s1', 'Sunny in Paris']]);
+
+  const items = await session.getItems();
+  assert.equal(items.length, 6);
+  const lastTwo = await session.getItems(2);
+  assert.deepEqual(lastTwo, items.slice(-2));
+  const popped = await session.popItem();
+  assert.deepEqual(popped, items.at(-1));
+  assert.deepEqual(await session.getItems(), items.slice(0, -1));
+  await session.addItems([{ type: 'message', role: 'user', content: 'A note for later.' }]);
+  const withNote = await session.getItems();
+  assert.equal(withNote.length, 6);
+  assert.equal(withNote.at(-1).role, 'user');
+  await session.clearSession();
+  await assert.rejects(sdkClient.conversations.retrieve(conversationId), (error) => error.status === 404);
+});
+
+check('a conversationId run keeps two user turns and a local tool in a conversation on switchyard', async () => {
+  const { agent, executed } = weatherAgent();
+  await services.script(
+    toolCallTurn([['call_c1', 'get_weather', '{"city":"Rome"}']]),
+    textTurn(['Sunny in Rome.']),
+    textTurn(['Warm tomorrow too.']),
+  );
+  const conversation = await sdkClient.conversations.create({});
+
+  const first = await run(agent, 'Weather in Rome?', { conversationId: conversation.id });
+  const second = await run(agent, 'And tomorrow?', { conversationId: conversation.id });
+
+  assert.equal(first.finalOutput, 'Sunny in Rome.');
+  assert.equal(second.finalOutput, 'Warm tomorrow too.');
+  assert.deepEqual(executed, ['Rome']);
+  // The SDK sent each request with the conversation and only what was new.
+  const calls = await sdkCalls();
+  assert.equal(calls.length, 3);
+  for (const call of calls) {
+    assert.equal(call.status, 200);
+    assert.equal(call.body.conversation, conversation.id);
+    assert.deepEqual(call.answer.conversation, { id: conversation.id });
+  }
+  const stored = [];
+  for await (const item of sdkClient.conversations.items.list(conversation.id, { order: 'asc' })) stored.push(item);
+  assert.deepEqual(
+    stored.map((item) => [item.type, item.role ?? null]),
+    [
+      ['message', 'user'],
+      ['function_call', null],
+      ['function_call_output', null],
+      ['message', 'assistant'],
+      ['message', 'user'],
+      ['message', 'assistant'],
+    ],
+  );
+  const upstream = await services.upstreamRequests();
+  assert.deepEqual(upstreamRoles(upstream[2]), ['system', 'user', 'assistant', 'tool', 'assistant', 'user']);
 });

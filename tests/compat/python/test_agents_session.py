@@ -101,3 +101,64 @@ def test_an_openai_conversations_session_carries_a_chat_with_a_tool_over_two_tur
     # clear_session deletes the conversation.
     with pytest.raises(openai.NotFoundError):
         client.conversations.retrieve(seen["id"])
+
+
+def test_a_conversation_id_run_keeps_two_user_turns_and_a_local_tool_on_switchyard(
+    client: openai.OpenAI, base_url: str, fake: FakeLLM
+) -> None:
+    """`Runner.run(…, conversation_id=…)`: the SDK sends only the new items with
+    `conversation`, and switchyard keeps the history (the answered call in between too)."""
+    fake.script(
+        tool_call_turn(("call_c", "get_weather", '{"city": "Rome"}')),
+        text_turn("Sunny in Rome."),
+        text_turn("Warm tomorrow too."),
+    )
+    conversation = client.conversations.create()
+    cities: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        cities.append(city)
+        return f"Sunny in {city}"
+
+    async def main() -> tuple[Any, Any]:
+        async with openai.AsyncOpenAI(
+            base_url=f"{base_url}/v1",
+            api_key=api_key_for(base_url),
+            max_retries=0,
+            timeout=HTTP_TIMEOUT_S,
+            _strict_response_validation=True,
+        ) as sdk:
+            agent = Agent(
+                name="weather",
+                instructions="Answer with the help of your tools.",
+                model=OpenAIResponsesModel(model=MODEL, openai_client=sdk),
+                tools=[get_weather],
+            )
+            first = await Runner.run(agent, "Weather in Rome?", conversation_id=conversation.id)
+            second = await Runner.run(agent, "And tomorrow?", conversation_id=conversation.id)
+            return first, second
+
+    first, second = asyncio.run(main())
+    assert first.final_output == "Sunny in Rome."
+    assert second.final_output == "Warm tomorrow too."
+    assert cities == ["Rome"]
+    for result in (first, second):
+        for raw in result.raw_responses:
+            assert client.responses.retrieve(raw.response_id).conversation.id == conversation.id
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [(i.type, getattr(i, "role", None)) for i in items] == [
+        ("message", "user"),
+        ("function_call", None),
+        ("function_call_output", None),
+        ("message", "assistant"),
+        ("message", "user"),
+        ("message", "assistant"),
+    ]
+    # Each model request saw the whole conversation so far, from switchyard.
+    requests = fake.requests()
+    assert [m["role"] for m in requests[1]["messages"]] == ["system", "user", "assistant", "tool"]
+    assert [m["role"] for m in requests[2]["messages"]] == [
+        "system", "user", "assistant", "tool", "assistant", "user",
+    ]
