@@ -13,6 +13,8 @@ CREATE TABLE conversations (
     active_run  TEXT
 );
 CREATE INDEX conversations_tenant ON conversations (tenant_id);
+-- The conversation a deleted response held is found by it.
+CREATE INDEX conversations_active_run ON conversations (active_run);
 
 CREATE TABLE conversation_items (
     conversation_id  TEXT NOT NULL,

@@ -137,8 +137,16 @@ pub(super) const DELETE_EVENTS: &str = "DELETE FROM response_events WHERE respon
 pub(super) const DELETE_OUTPUT_ITEMS: &str = "DELETE FROM output_items WHERE response_id = $1";
 
 /// What deleting a run also deletes, by its id: its input items, events and indexed output.
-pub(super) const DELETE_WITH_RUN: [&str; 3] =
-    [DELETE_INPUT_ITEMS, DELETE_EVENTS, DELETE_OUTPUT_ITEMS];
+pub(super) const DELETE_WITH_RUN: [&str; 4] = [
+    DELETE_INPUT_ITEMS,
+    DELETE_EVENTS,
+    DELETE_OUTPUT_ITEMS,
+    RELEASE_CONVERSATION_OF,
+];
+
+/// A deleted response lets go of the conversation it held (a running one can be deleted).
+pub(super) const RELEASE_CONVERSATION_OF: &str =
+    "UPDATE conversations SET active_run = NULL WHERE active_run = $1";
 
 pub(super) const TENANT_OF: &str = "SELECT tenant_id FROM responses WHERE id = $1";
 

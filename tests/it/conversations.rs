@@ -640,3 +640,196 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
         assert_eq!(status, 200, "{next}");
     }
 }
+
+#[tokio::test]
+async fn a_resumed_response_takes_the_conversation_again_and_adds_only_what_is_new_on_every_backend()
+ {
+    use crate::support::Turn;
+    for db in backends().await {
+        let app = TestApp::builder().database(&db.url).start().await;
+        let (_, created) = app.post("/v1/conversations", &json!({})).await;
+        let id = created["id"].as_str().unwrap().to_string();
+        let weather = json!({"type": "function", "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+        app.llm.push(Turn::tool_call(
+            "call_p",
+            "get_weather",
+            r#"{"city":"Oslo"}"#,
+        ));
+        let (status, paused) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "Oslo?",
+                    "tools": [weather]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{paused}");
+        let paused_id = paused["id"].as_str().unwrap().to_string();
+
+        // Another response holds the conversation meanwhile: resuming is refused as a second
+        // response would be, and the paused response stays paused.
+        app.llm.push(Turn::text("busy").delayed(1_000));
+        let (status, busy) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "Meanwhile?",
+                    "background": true}),
+            )
+            .await;
+        assert_eq!(status, 200, "{busy}");
+        let submit = json!({"tool_outputs": [{"tool_call_id": "call_p", "output": "cold"}]});
+        let path = format!("/v1/responses/{paused_id}/submit_tool_outputs");
+        let (status, refused) = app.post(&path, &submit).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["error"]["code"], "conversation_locked");
+        let (_, still) = app.get(&format!("/v1/responses/{paused_id}")).await;
+        assert!(still["required_action"].is_object(), "{still}");
+
+        // Once it is free, the resumed response takes it and adds its output once.
+        let busy_path = format!("/v1/responses/{}", busy["id"].as_str().unwrap());
+        for _ in 0..200 {
+            if app.get(&busy_path).await.1["status"] == "completed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        app.llm.push(Turn::text("Cold in Oslo."));
+        let (status, done) = app.post(&path, &submit).await;
+        assert_eq!(status, 200, "{done}");
+        assert_eq!(done["status"], "completed");
+        assert_eq!(done["conversation"], json!({"id": id}));
+        assert_eq!(
+            conversation_texts(&app, &id).await,
+            pairs(&[
+                ("message", "Oslo?"),
+                ("function_call", "get_weather"),
+                ("message", "Meanwhile?"),
+                ("message", "busy"),
+                ("function_call_output", "cold"),
+                ("message", "Cold in Oslo.")
+            ])
+        );
+        // The resumed turn saw the conversation up to its own items, then them.
+        let requests = app.llm.requests();
+        let last = requests.last().unwrap()["messages"].as_array().unwrap();
+        let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool"]);
+
+        // A failed response adds nothing; a cancelled one adds what it had.
+        app.llm.push(Turn::error(500, "boom"));
+        let (status, failed) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "Fail?"}),
+            )
+            .await;
+        assert!(status == 200 || status == 502, "{failed}");
+        assert_eq!(conversation_texts(&app, &id).await.len(), 6);
+        app.llm.push(Turn::text("never").delayed(5_000));
+        let (_, background) = app
+            .post(
+                "/v1/responses",
+                &json!({"model": "gpt-4o-mini", "conversation": id, "input": "Cancel me.",
+                    "background": true}),
+            )
+            .await;
+        let cancel = format!(
+            "/v1/responses/{}/cancel",
+            background["id"].as_str().unwrap()
+        );
+        let mut cancelled = Value::Null;
+        for _ in 0..100 {
+            let (status, body) = app.post(&cancel, &json!({})).await;
+            if status == 200 && body["status"] == "cancelled" {
+                cancelled = body;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(cancelled["status"], "cancelled");
+        assert_eq!(
+            conversation_texts(&app, &id).await.last().unwrap(),
+            &("message".to_string(), "Cancel me.".to_string())
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_conversation_works_over_the_websocket() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let app = TestApp::start().await;
+    let (_, created) = app.post("/v1/conversations", &json!({})).await;
+    let id = created["id"].as_str().unwrap().to_string();
+    let url = app.url("/v1/responses").replacen("http://", "ws://", 1);
+    let mut socket = tokio_tungstenite::connect_async(url).await.unwrap().0;
+    for (input, answer) in [("One?", "One."), ("Two?", "Two.")] {
+        app.llm.push(crate::support::Turn::text(answer));
+        let request = json!({"type": "response.create", "model": "gpt-4o-mini",
+            "conversation": id, "input": input});
+        socket
+            .send(Message::text(request.to_string()))
+            .await
+            .unwrap();
+        let mut last = Value::Null;
+        while let Some(message) = socket.next().await {
+            let Message::Text(text) = message.unwrap() else {
+                continue;
+            };
+            last = serde_json::from_str(&text).unwrap();
+            if last["type"] == "response.completed" || last["type"] == "error" {
+                break;
+            }
+        }
+        assert_eq!(last["type"], "response.completed", "{last}");
+        assert_eq!(last["response"]["conversation"], json!({"id": id}));
+    }
+    let requests = app.llm.requests();
+    let second: Vec<&str> = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(second, ["One?", "One.", "Two?"]);
+    assert_eq!(
+        conversation_texts(&app, &id).await,
+        pairs(&[
+            ("message", "One?"),
+            ("message", "One."),
+            ("message", "Two?"),
+            ("message", "Two.")
+        ])
+    );
+}
+
+#[tokio::test]
+async fn deleting_the_response_that_holds_a_conversation_lets_go_of_it() {
+    let app = TestApp::start().await;
+    let (_, created) = app.post("/v1/conversations", &json!({})).await;
+    let id = created["id"].as_str().unwrap().to_string();
+    app.llm
+        .push(crate::support::Turn::text("slow").delayed(1_500));
+    let (_, running) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "conversation": id, "input": "first",
+                "background": true}),
+        )
+        .await;
+    let (status, deleted) = app
+        .delete(&format!(
+            "/v1/responses/{}",
+            running["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(status, 200, "{deleted}");
+    app.llm.push(crate::support::Turn::text("ok"));
+    let (status, next) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "conversation": id, "input": "second"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{next}");
+}
