@@ -362,7 +362,7 @@ impl Commit for PostgresBackend {
                     shared::conversation_step::<Self>(
                         &mut tx,
                         &e.id,
-                        Some(&e.tenant_id),
+                        &e.tenant_id,
                         &e.body,
                         to,
                         e.now,

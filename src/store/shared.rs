@@ -155,6 +155,49 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
     fn upkeep(&self, stop: CancellationToken) -> impl Future<Output = ()> + Send;
 }
 
+/// Takes the tenant's conversation `conversation` for the response `run_id`, on `conn`, if no
+/// other response holds it: `Locked` when one does, `NotFound` when there is no such
+/// conversation. The condition is on the conversation's row alone, so that PostgreSQL's
+/// re-check after waiting for the row's lock sees the response that took it.
+pub(super) async fn take_conversation<B: StoreBackend>(
+    conn: &mut Conn<B>,
+    tenant_id: &str,
+    conversation: &str,
+    run_id: &str,
+) -> Result<(), StoreError>
+where
+    for<'c> &'c mut Conn<B>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Decode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Decode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<&'q str>: Encode<'q, B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db>,
+    for<'q> Option<UnixMillis>: Encode<'q, B::Db>,
+    for<'r> &'r str: ColumnIndex<<B::Db as Database>::Row>,
+    usize: ColumnIndex<<B::Db as Database>::Row>,
+{
+    let taken = sqlx::query(sql::LOCK_CONVERSATION)
+        .bind(tenant_id)
+        .bind(conversation)
+        .bind(run_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    if taken == 1 {
+        return Ok(());
+    }
+    let exists: i64 = sqlx::query_scalar(sql::CONVERSATION_EXISTS)
+        .bind(tenant_id)
+        .bind(conversation)
+        .fetch_one(&mut *conn)
+        .await?;
+    Err(match exists {
+        0 => StoreError::NotFound,
+        _ => StoreError::Locked,
+    })
+}
+
 /// What a run's change does to the conversation the run belongs to (`body.conversation`), on
 /// `conn`, in the change's transaction once it applied. A run that goes on (resumed) takes the
 /// conversation: `Locked` when another response holds it. A run that stops or pauses appends
@@ -164,7 +207,7 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
 pub(super) async fn conversation_step<B: StoreBackend>(
     conn: &mut Conn<B>,
     run_id: &str,
-    tenant_id: Option<&str>,
+    tenant_id: &str,
     body: &ResponseObject,
     to: RunState,
     now: UnixMillis,
@@ -185,17 +228,11 @@ where
         return Ok(());
     };
     if matches!(to, RunState::InProgress | RunState::Queued) {
-        let tenant_id = tenant_id.unwrap_or_default();
-        let taken = sqlx::query(sql::LOCK_CONVERSATION)
-            .bind(tenant_id)
-            .bind(conversation)
-            .bind(run_id)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        return match taken {
-            1 => Ok(()),
-            _ => Err(StoreError::Locked),
+        return match take_conversation::<B>(conn, tenant_id, conversation, run_id).await {
+            // Deleted while the response was paused: it goes on in none (what it is shown
+            // is its own items, `Engine::conversation_before`; its new items go nowhere).
+            Err(StoreError::NotFound) => Ok(()),
+            taken => taken,
         };
     }
     if to != RunState::Failed {
@@ -346,24 +383,7 @@ where
             }
         }
         if let Some(conversation) = &run.body.conversation {
-            let taken = sqlx::query(sql::LOCK_CONVERSATION)
-                .bind(&run.tenant_id)
-                .bind(&conversation.id)
-                .bind(&run.body.id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if taken == 0 {
-                let exists: i64 = sqlx::query_scalar(sql::CONVERSATION_EXISTS)
-                    .bind(&run.tenant_id)
-                    .bind(&conversation.id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                return Err(match exists {
-                    0 => StoreError::NotFound,
-                    _ => StoreError::Locked,
-                });
-            }
+            take_conversation::<B>(&mut tx, &run.tenant_id, &conversation.id, &run.body.id).await?;
         }
         B::insert_run(&mut tx, run).await?;
         tx.commit().await?;
@@ -416,8 +436,7 @@ where
             let indexed = sql::indexed_items(change.id, &tenant_id, body, change.transition.to())?;
             B::index_output(&mut tx, &indexed).await?;
             let to = change.transition.to();
-            conversation_step::<B>(&mut tx, change.id, Some(&tenant_id), body, to, change.now)
-                .await?;
+            conversation_step::<B>(&mut tx, change.id, &tenant_id, body, to, change.now).await?;
         }
         let last: Option<i64> = sqlx::query_scalar(sql::LAST_SEQUENCE_NUMBER)
             .bind(change.id)

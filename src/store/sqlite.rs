@@ -454,7 +454,7 @@ impl Commit for SqliteBackend {
                 shared::conversation_step::<Self>(
                     &mut tx,
                     id,
-                    Some(tenant),
+                    tenant,
                     &ending.body,
                     to,
                     ending.now,

@@ -833,3 +833,45 @@ async fn deleting_the_response_that_holds_a_conversation_lets_go_of_it() {
         .await;
     assert_eq!(status, 200, "{next}");
 }
+
+#[tokio::test]
+async fn a_paused_response_whose_conversation_was_deleted_resumes_in_none() {
+    use crate::support::Turn;
+    let app = TestApp::start().await;
+    let (_, created) = app.post("/v1/conversations", &json!({})).await;
+    let id = created["id"].as_str().unwrap().to_string();
+    let weather = json!({"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    app.llm.push(Turn::tool_call(
+        "call_d",
+        "get_weather",
+        r#"{"city":"Lima"}"#,
+    ));
+    let (status, paused) = app
+        .post(
+            "/v1/responses",
+            &json!({"model": "gpt-4o-mini", "conversation": id, "input": "Lima?",
+                "tools": [weather]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!(app.delete(&format!("/v1/conversations/{id}")).await.0, 200);
+    app.llm.push(Turn::text("Mild in Lima."));
+    let submit = json!({"tool_outputs": [{"tool_call_id": "call_d", "output": "mild"}]});
+    let path = format!(
+        "/v1/responses/{}/submit_tool_outputs",
+        paused["id"].as_str().unwrap()
+    );
+    let (status, done) = app.post(&path, &submit).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "completed");
+    // It was shown its own items: the question, its call and the output.
+    let requests = app.llm.requests();
+    let roles: Vec<&str> = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
+}
