@@ -8,9 +8,10 @@ use crate::protocol::conversation::{self, Conversation};
 use crate::protocol::field::FieldError;
 use crate::protocol::ids;
 use crate::protocol::items::Item;
+use crate::protocol::request::validate_metadata;
 use crate::protocol::response::ResponseObject;
 use crate::protocol::transcript::Entry;
-use crate::store::{Appended, ConversationRecord, Order, StoreError};
+use crate::store::{Appended, ConversationRecord, StoreError};
 use crate::time::UnixMillis;
 
 impl Engine {
@@ -71,7 +72,7 @@ impl Engine {
         items: &[Value],
     ) -> Result<Conversation, EngineError> {
         let metadata = metadata.unwrap_or_default();
-        conversation::check_metadata(&metadata, &self.inner.settings.limits)?;
+        validate_metadata(&metadata, &self.inner.settings.limits)?;
         let items = conversation::parse_items(items)?;
         if let Some(id) = first_repeated(&items) {
             return Err(duplicate(&id));
@@ -104,7 +105,7 @@ impl Engine {
         id: &str,
         metadata: Map<String, Value>,
     ) -> Result<Conversation, EngineError> {
-        conversation::check_metadata(&metadata, &self.inner.settings.limits)?;
+        validate_metadata(&metadata, &self.inner.settings.limits)?;
         let updated = self
             .inner
             .store
@@ -148,26 +149,31 @@ impl Engine {
         id: &str,
         page: &ItemPage,
     ) -> Result<(Vec<Item>, bool), EngineError> {
-        self.conversation(tenant_id, id).await?;
-        let order = match page.descending {
-            true => Order::Descending,
-            false => Order::Ascending,
-        };
         let listed = self
             .inner
             .store
-            .list_conversation_items(tenant_id, id, page.limit, order, page.after.as_deref())
+            .list_conversation_items(
+                tenant_id,
+                id,
+                page.limit,
+                page.order(),
+                page.after.as_deref(),
+            )
             .await;
         match listed {
             Ok(found) => Ok(found),
-            Err(StoreError::NotFound) => Err(FieldError::new(
-                "after",
-                format!(
-                    "Invalid 'after': no item with id '{}' in this conversation.",
-                    page.after.as_deref().unwrap_or_default()
-                ),
-            )
-            .into()),
+            // No such conversation (its 404), or no such item to start after.
+            Err(StoreError::NotFound) => {
+                self.conversation(tenant_id, id).await?;
+                Err(FieldError::new(
+                    "after",
+                    format!(
+                        "Invalid 'after': no item with id '{}' in this conversation.",
+                        page.after.as_deref().unwrap_or_default()
+                    ),
+                )
+                .into())
+            }
             Err(other) => Err(other.into()),
         }
     }
@@ -178,13 +184,20 @@ impl Engine {
         id: &str,
         item_id: &str,
     ) -> Result<Item, EngineError> {
-        self.conversation(tenant_id, id).await?;
         let found = self
             .inner
             .store
             .get_conversation_item(tenant_id, id, item_id)
             .await;
-        found.map_err(|e| missing_item(e, item_id))
+        match found {
+            Ok(item) => Ok(item),
+            // No such conversation (its 404), or no such item in it.
+            Err(StoreError::NotFound) => {
+                self.conversation(tenant_id, id).await?;
+                Err(missing_item(StoreError::NotFound, item_id))
+            }
+            Err(other) => Err(other.into()),
+        }
     }
 
     /// Takes an item out of a conversation; the conversation as it is then.

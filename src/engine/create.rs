@@ -225,7 +225,9 @@ impl Engine {
         };
         let queued = match queued {
             Ok(queued) => queued,
-            Err(e @ (StoreError::Locked | StoreError::NotFound)) => {
+            Err(e @ (StoreError::Locked | StoreError::NotFound))
+                if launch.body.conversation.is_some() =>
+            {
                 return Err(super::conversations::not_taken(e, &launch.body));
             }
             // A concurrent retry with the same key got there first: answer with its run.
@@ -297,7 +299,9 @@ impl Engine {
                 }
                 return Err(StoreError::KeyTaken.into());
             }
-            Err(e @ (StoreError::Locked | StoreError::NotFound)) => {
+            Err(e @ (StoreError::Locked | StoreError::NotFound))
+                if run.body.conversation.is_some() =>
+            {
                 return Err(super::conversations::not_taken(e, &run.body));
             }
             Err(e) => return Err(e.into()),

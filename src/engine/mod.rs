@@ -99,6 +99,15 @@ pub struct ItemPage {
     pub after: Option<String>,
 }
 
+impl ItemPage {
+    fn order(&self) -> Order {
+        match self.descending {
+            true => Order::Descending,
+            false => Order::Ascending,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct EngineSettings {
     /// This process's identity as a lease holder.
@@ -309,14 +318,16 @@ impl Engine {
         page: &ItemPage,
     ) -> Result<(Vec<Item>, bool), EngineError> {
         self.get_run(tenant_id, id).await?;
-        let order = match page.descending {
-            true => Order::Descending,
-            false => Order::Ascending,
-        };
         let listed = self
             .inner
             .store
-            .list_input_items(tenant_id, id, page.limit, order, page.after.as_deref())
+            .list_input_items(
+                tenant_id,
+                id,
+                page.limit,
+                page.order(),
+                page.after.as_deref(),
+            )
             .await;
         match listed {
             Ok(found) => Ok(found),

@@ -7,8 +7,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::field::FieldError;
 use super::items::Item;
-use super::limits::RequestLimits;
-use super::request::{InputEntry, parse_item, validate_metadata};
+use super::request::{InputEntry, parse_item};
 
 /// Items one create (of a conversation, or of items) may carry.
 pub const MAX_ITEMS: usize = 20;
@@ -90,14 +89,6 @@ pub struct ItemsQuery {
     pub order: Option<String>,
     /// An item id of this conversation: the page starts after it.
     pub after: Option<String>,
-}
-
-/// Checks metadata as a response's is checked.
-pub fn check_metadata(
-    metadata: &Map<String, Value>,
-    limits: &RequestLimits,
-) -> Result<(), FieldError> {
-    validate_metadata(metadata, limits)
 }
 
 /// Items as the Conversations API takes them: at most [`MAX_ITEMS`], each parsed as an `input`

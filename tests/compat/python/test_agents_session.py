@@ -26,6 +26,33 @@ def no_tracing():
     set_tracing_disabled(False)
 
 
+def sdk_client(base_url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=f"{base_url}/v1",
+        api_key=api_key_for(base_url),
+        max_retries=0,
+        timeout=HTTP_TIMEOUT_S,
+        _strict_response_validation=True,
+    )
+
+
+def weather_agent(sdk: openai.AsyncOpenAI, cities: list[str]) -> Agent[Any]:
+    """An agent with a local `get_weather` tool that notes each city it is asked for."""
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        cities.append(city)
+        return f"Sunny in {city}"
+
+    return Agent(
+        name="weather",
+        instructions="Answer with the help of your tools.",
+        model=OpenAIResponsesModel(model=MODEL, openai_client=sdk),
+        tools=[get_weather],
+    )
+
+
 def test_an_openai_conversations_session_carries_a_chat_with_a_tool_over_two_turns(
     client: openai.OpenAI, base_url: str, fake: FakeLLM
 ) -> None:
@@ -36,26 +63,9 @@ def test_an_openai_conversations_session_carries_a_chat_with_a_tool_over_two_tur
     )
     cities: list[str] = []
 
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The current weather in a city."""
-        cities.append(city)
-        return f"Sunny in {city}"
-
     async def main() -> dict[str, Any]:
-        async with openai.AsyncOpenAI(
-            base_url=f"{base_url}/v1",
-            api_key=api_key_for(base_url),
-            max_retries=0,
-            timeout=HTTP_TIMEOUT_S,
-            _strict_response_validation=True,
-        ) as sdk:
-            agent = Agent(
-                name="weather",
-                instructions="Answer with the help of your tools.",
-                model=OpenAIResponsesModel(model=MODEL, openai_client=sdk),
-                tools=[get_weather],
-            )
+        async with sdk_client(base_url) as sdk:
+            agent = weather_agent(sdk, cities)
             session = OpenAIConversationsSession(openai_client=sdk)
             first = await Runner.run(agent, "What is the weather in Paris?", session=session)
             second = await Runner.run(agent, "And tomorrow?", session=session)
@@ -116,26 +126,9 @@ def test_a_conversation_id_run_keeps_two_user_turns_and_a_local_tool_on_switchya
     conversation = client.conversations.create()
     cities: list[str] = []
 
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The current weather in a city."""
-        cities.append(city)
-        return f"Sunny in {city}"
-
     async def main() -> tuple[Any, Any]:
-        async with openai.AsyncOpenAI(
-            base_url=f"{base_url}/v1",
-            api_key=api_key_for(base_url),
-            max_retries=0,
-            timeout=HTTP_TIMEOUT_S,
-            _strict_response_validation=True,
-        ) as sdk:
-            agent = Agent(
-                name="weather",
-                instructions="Answer with the help of your tools.",
-                model=OpenAIResponsesModel(model=MODEL, openai_client=sdk),
-                tools=[get_weather],
-            )
+        async with sdk_client(base_url) as sdk:
+            agent = weather_agent(sdk, cities)
             first = await Runner.run(agent, "Weather in Rome?", conversation_id=conversation.id)
             second = await Runner.run(agent, "And tomorrow?", conversation_id=conversation.id)
             return first, second
