@@ -96,7 +96,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let query = parts.uri.query().unwrap_or_default();
+        ApiQuery::parse(parts.uri.query().unwrap_or_default())
+    }
+}
+
+impl<T: DeserializeOwned> ApiQuery<T> {
+    /// Parses a query string (without its `?`).
+    pub fn parse(query: &str) -> Result<ApiQuery<T>, ApiError> {
         let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded_parse(query));
         serde_path_to_error::deserialize(deserializer)
             .map(ApiQuery)

@@ -34,7 +34,7 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route(
             "/v1/responses",
-            axum::routing::post(responses::create).get(websocket::upgrade),
+            axum::routing::post(responses::create).get(responses::list),
         )
         .route(
             "/v1/responses/compact",

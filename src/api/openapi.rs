@@ -30,7 +30,7 @@ use crate::error::ErrorEnvelope;
     ),
     paths(
         super::responses::create,
-        super::websocket::upgrade,
+        super::responses::list,
         super::responses::compact,
         super::responses::retrieve,
         super::responses::delete,

@@ -2,7 +2,9 @@
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
@@ -10,14 +12,18 @@ use super::access;
 use super::extract::{ApiJson, ApiJsonBytes, ApiQuery};
 use super::sse;
 use super::state::AppState;
+use super::websocket;
 use crate::auth::Caller;
 use crate::engine::{IdempotencyKey, ItemPage, RunEnd, StartedRun};
 use crate::error::ApiError;
 use crate::protocol::items::Item;
 use crate::protocol::request::{
-    CompactRequest, CreateResponse, ListInputItems, RetrieveResponse, SubmitToolOutputs,
+    CompactRequest, CreateResponse, ListInputItems, ListResponses, RetrieveResponse,
+    SubmitToolOutputs,
 };
 use crate::protocol::response::{Compacted, Deleted, List, ResponseObject};
+use crate::store::{RunFilter, RunState};
+use crate::time::UnixMillis;
 use sha2::{Digest, Sha256};
 
 // The statuses every `/v1` operation may answer (401, 429, 500, 503) are added to each by
@@ -388,6 +394,159 @@ pub async fn input_items(
         data: items,
         has_more,
     }))
+}
+
+/// `GET /v1/responses`: the caller's responses, or the WebSocket transport with
+/// `Upgrade: websocket`.
+#[utoipa::path(
+    get,
+    path = "/v1/responses",
+    tag = "responses",
+    operation_id = "listResponses",
+    summary = "List responses (extension), or the WebSocket transport",
+    description = "The caller's responses (its tenant's), newest first, a page at a time: \
+        `after` the previous page's `last_id`. Filters: `status`, `model`, `metadata[KEY]=VALUE` \
+        (every pair given must match), `created_after` / `created_before` (Unix seconds), \
+        `waiting` (paused until the client answers). A `store: false` response is not listed \
+        once it stopped.\n\nWith `Upgrade: websocket`: a WebSocket on which each text message \
+        is a `response.create` request (the fields of `POST /v1/responses` and `\"type\": \
+        \"response.create\"`) and each response's events come back as text messages, the JSON \
+        of the SSE events (Open Responses). One response at a time; an error before a response \
+        starts is an `error` message with its HTTP `status`, and the socket goes on.",
+    params(
+        ListResponses,
+        ("metadata" = Option<std::collections::BTreeMap<String, String>>, Query,
+            style = DeepObject, explode,
+            description = "`metadata[KEY]=VALUE`: only responses whose metadata has `KEY` set to `VALUE`."),
+    ),
+    responses(
+        (status = 101, description = "Switching to the WebSocket protocol."),
+        (status = 200, description = "A page of responses.", body = List<ResponseObject>),
+        (status = 400, response = super::errors::BadRequest),
+    ),
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    match upgrade {
+        Ok(upgrade) => return Ok(websocket::accept(state, caller, upgrade)),
+        // A request that asks for an upgrade but is not a good one is told why.
+        Err(refused) if headers.contains_key(axum::http::header::UPGRADE) => {
+            return Ok(refused.into_response());
+        }
+        Err(_) => {}
+    }
+    let query = query.unwrap_or_default();
+    let ApiQuery(listing) = ApiQuery::<ListResponses>::parse(&query)?;
+    let filter = run_filter(&listing, metadata_pairs(&query))?;
+    let page = ItemPage {
+        limit: page_limit(listing.limit.as_deref())?,
+        descending: true,
+        after: listing.after,
+    };
+    let (runs, has_more) = state.engine.list(&caller.tenant_id, &filter, &page).await?;
+    let data: Vec<ResponseObject> = runs.into_iter().map(|run| run.body).collect();
+    Ok(Json(List {
+        object: "list",
+        first_id: data.first().map(|r| r.id.clone()),
+        last_id: data.last().map(|r| r.id.clone()),
+        data,
+        has_more,
+    })
+    .into_response())
+}
+
+/// The `metadata[KEY]=VALUE` pairs of a query string.
+pub(super) fn metadata_pairs(query: &str) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.as_bytes())
+        .filter_map(|(name, value)| {
+            let key = name.strip_prefix("metadata[")?.strip_suffix(']')?;
+            Some((key.to_owned(), value.into_owned()))
+        })
+        .collect()
+}
+
+/// What a listing's filters select, each checked and named when it is wrong.
+pub(super) fn run_filter(
+    listing: &ListResponses,
+    metadata: Vec<(String, String)>,
+) -> Result<RunFilter, ApiError> {
+    let state = match listing.status.as_deref() {
+        None | Some("") => None,
+        Some(text) => Some(RunState::parse(text).ok_or_else(|| {
+            let names: Vec<String> = RunState::ALL
+                .iter()
+                .map(|s| format!("'{}'", s.as_str()))
+                .collect();
+            ApiError::invalid(
+                "status",
+                format!(
+                    "Invalid value for 'status': '{text}'. Expected one of {}.",
+                    names.join(", ")
+                ),
+            )
+        })?),
+    };
+    let waiting = match listing.waiting.as_deref() {
+        None | Some("") => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "waiting",
+                format!("Invalid value for 'waiting': '{other}'. Expected 'true' or 'false'."),
+            ));
+        }
+    };
+    let paused = RunState::RequiresAction;
+    let (state, not_state) = match waiting {
+        None => (state, None),
+        // Asking for paused responses and for another status matches none: an impossible
+        // pair of states says so to the store.
+        Some(true) => match state {
+            Some(other) if other != paused => (Some(other), Some(other)),
+            _ => (Some(paused), None),
+        },
+        Some(false) => (state, Some(paused)),
+    };
+    for (key, _) in &metadata {
+        if key.is_empty() || key.chars().count() > 64 {
+            return Err(ApiError::invalid(
+                "metadata",
+                format!("Invalid metadata key '{key}': expected 1 to 64 characters."),
+            ));
+        }
+    }
+    Ok(RunFilter {
+        state,
+        not_state,
+        model: listing.model.clone().filter(|m| !m.is_empty()),
+        metadata,
+        created_from: unix_seconds("created_after", listing.created_after.as_deref())?,
+        created_before: unix_seconds("created_before", listing.created_before.as_deref())?,
+    })
+}
+
+/// A time filter in Unix seconds, as milliseconds.
+fn unix_seconds(name: &str, text: Option<&str>) -> Result<Option<UnixMillis>, ApiError> {
+    match text {
+        None | Some("") => Ok(None),
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .and_then(|secs| secs.checked_mul(1000))
+            .map(|ms| Some(UnixMillis::from_millis(ms)))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    name,
+                    format!("Invalid '{name}': expected a Unix time in seconds, but got '{text}' instead."),
+                )
+            }),
+    }
 }
 
 /// A list's `limit`: 1 to 100, 20 without one.

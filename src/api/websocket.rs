@@ -9,9 +9,6 @@
 
 use std::time::Duration;
 
-use axum::Extension;
-use axum::extract::State;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -28,36 +25,13 @@ use crate::protocol::response::ResponseObject;
 /// How long a connection may last (Open Responses): then an error says so and it closes.
 const CONNECTION_LIMIT: Duration = Duration::from_secs(60 * 60);
 
-/// `GET /v1/responses`: only as a WebSocket.
-#[utoipa::path(
-    get,
-    path = "/v1/responses",
-    tag = "responses",
-    operation_id = "responsesWebSocket",
-    summary = "The WebSocket transport (Open Responses)",
-    description = "With `Upgrade: websocket`: a WebSocket on which each text message is a \
-        `response.create` request (the fields of `POST /v1/responses` and `\"type\": \
-        \"response.create\"`) and each response's events come back as text messages, the JSON \
-        of the SSE events. One response at a time; an error before a response starts is an \
-        `error` message with its HTTP `status`, and the socket goes on. Without the upgrade, a \
-        405.",
-    responses(
-        (status = 101, description = "Switching to the WebSocket protocol."),
-        (status = 405, response = super::errors::MethodNotAllowed),
-    ),
-)]
-pub async fn upgrade(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
-    match upgrade {
-        Ok(upgrade) => upgrade
-            .max_message_size(state.body_limit)
-            .on_upgrade(move |socket| session(state, caller, socket))
-            .into_response(),
-        Err(_) => ApiError::MethodNotAllowed.into_response(),
-    }
+/// `GET /v1/responses` with `Upgrade: websocket` (the listing's handler hands it over): a
+/// WebSocket on which each text message is a `response.create` request.
+pub(super) fn accept(state: AppState, caller: Caller, upgrade: WebSocketUpgrade) -> Response {
+    upgrade
+        .max_message_size(state.body_limit)
+        .on_upgrade(move |socket| session(state, caller, socket))
+        .into_response()
 }
 
 async fn session(state: AppState, caller: Caller, mut socket: WebSocket) {

@@ -48,7 +48,7 @@ use crate::protocol::items::Item;
 use crate::protocol::limits::RequestLimits;
 use crate::protocol::response::ResponseObject;
 pub use crate::store::{DEFAULT_TENANT, IdempotencyKey};
-use crate::store::{Order, RunState, RunStore, StoreError, StoredRun};
+use crate::store::{Order, RunFilter, RunState, RunStore, StoreError, StoredRun};
 use crate::tools::registry::ToolRegistry;
 pub use chain::SocketMemory;
 use control::LiveRuns;
@@ -282,6 +282,21 @@ impl Engine {
             return Err(EngineError::NotFound(id.to_string()));
         }
         Ok(run.body)
+    }
+
+    /// A page of the tenant's responses (`GET /v1/responses`), newest first, and whether more
+    /// follow.
+    pub async fn list(
+        &self,
+        tenant_id: &str,
+        filter: &RunFilter,
+        page: &ItemPage,
+    ) -> Result<(Vec<StoredRun>, bool), EngineError> {
+        Ok(self
+            .inner
+            .store
+            .list_runs(tenant_id, filter, page.limit, page.after.as_deref())
+            .await?)
     }
 
     async fn get_run(&self, tenant_id: &str, id: &str) -> Result<StoredRun, EngineError> {

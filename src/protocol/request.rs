@@ -671,6 +671,35 @@ pub struct ListInputItems {
     pub after: Option<String>,
 }
 
+/// Query of `GET /v1/responses` (an extension: the caller's responses, newest first), besides
+/// `metadata[KEY]=VALUE` pairs, read from the query string by the handler.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListResponses {
+    /// Responses on a page, 1 to 100 (default 20).
+    // Taken as text and parsed by the handler, so that a bad value's error names it.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    pub limit: Option<String>,
+    /// A response id: the page starts after it (the previous page's `last_id`).
+    pub after: Option<String>,
+    /// Only responses with this status.
+    #[param(value_type = Option<String>,
+        pattern = "^(queued|in_progress|requires_action|completed|failed|incomplete|cancelled|expired)$")]
+    pub status: Option<String>,
+    /// Only responses of this model (as the request named it).
+    pub model: Option<String>,
+    /// Only responses created at or after this Unix time (seconds).
+    #[param(value_type = Option<i64>)]
+    pub created_after: Option<String>,
+    /// Only responses created before this Unix time (seconds).
+    #[param(value_type = Option<i64>)]
+    pub created_before: Option<String>,
+    /// `true`: only responses paused until the client answers (`requires_action`); `false`:
+    /// only the others.
+    #[param(value_type = Option<bool>)]
+    pub waiting: Option<String>,
+}
+
 /// Query of `GET /v1/responses/{id}`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -34,7 +34,8 @@ pub use state::{Guard, LeaseAfter, RunState, Transition};
 pub use types::{
     ApiKeyRecord, Appended, Applied, Backend, BatchOutcome, Change, ClosingEvents,
     ConversationRecord, FoundItem, IdempotencyKey, IdempotentRequest, Lease, Loss, NewRun,
-    Notification, NotificationStream, Order, RunEnding, Saved, StoredRun, UsageRow, WriteBatch,
+    Notification, NotificationStream, Order, RunEnding, RunFilter, Saved, StoredRun, UsageRow,
+    WriteBatch,
 };
 
 /// The tenant every row belongs to until API keys arrive.

@@ -449,6 +449,20 @@ impl StoreBackend for PostgresBackend {
         sql::run_columns!()
     );
 
+    /// The body is JSON text: read as `json` (not `jsonb`, which refuses an escaped U+0000).
+    const LIST_RUNS: &'static str = concat!(
+        "SELECT ",
+        sql::run_columns!(),
+        " FROM responses WHERE tenant_id = $1 AND (store OR stopped_at IS NULL) \
+         AND ($2::text IS NULL OR id < $2) AND ($3::text IS NULL OR state = $3) \
+         AND ($4::text IS NULL OR state <> $4) \
+         AND ($5::text IS NULL OR body::json ->> 'model' = $5) \
+         AND ($6::text IS NULL OR NOT EXISTS (SELECT 1 FROM json_each_text($6::json) AS wanted \
+         WHERE (body::json -> 'metadata') ->> wanted.key IS DISTINCT FROM wanted.value)) \
+         AND ($7::bigint IS NULL OR created_at >= $7) AND ($8::bigint IS NULL OR created_at < $8) \
+         ORDER BY id DESC LIMIT $9"
+    );
+
     fn readers(&self) -> &PgPool {
         &self.pool
     }

@@ -8,8 +8,8 @@ use super::migrate::Schema;
 use super::state::RunState;
 use super::types::{
     ApiKeyRecord, Appended, Applied, Backend, BatchOutcome, Change, ConversationRecord, FoundItem,
-    IdempotentRequest, Lease, NewRun, NotificationStream, Order, Saved, StoredRun, UsageRow,
-    WriteBatch,
+    IdempotentRequest, Lease, NewRun, NotificationStream, Order, RunFilter, Saved, StoredRun,
+    UsageRow, WriteBatch,
 };
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
@@ -120,6 +120,17 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// The highest sequence number in a run's event log.
     async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError>;
+
+    /// Up to `limit` of a tenant's responses that `filter` matches, newest first, after the
+    /// one with id `after` (from the newest without it), and whether more follow. A
+    /// `store: false` response is left out once it stopped (it is being deleted).
+    async fn list_runs(
+        &self,
+        tenant_id: &str,
+        filter: &RunFilter,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<(Vec<StoredRun>, bool), StoreError>;
 
     /// All input items of a run, in order.
     async fn input_items(&self, tenant_id: &str, id: &str) -> Result<Vec<Item>, StoreError>;

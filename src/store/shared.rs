@@ -29,8 +29,8 @@ use super::sql::{self, IndexedItem, ItemRow, RunRow};
 use super::state::{LeaseAfter, RunState, Transition};
 use super::types::{
     ApiKeyRecord, Appended, Applied, Backend, BatchOutcome, Change, ConversationRecord, FoundItem,
-    IdempotentRequest, Lease, NewRun, NotificationStream, Order, Saved, StoredRun, UsageRow,
-    WriteBatch,
+    IdempotentRequest, Lease, NewRun, NotificationStream, Order, RunFilter, Saved, StoredRun,
+    UsageRow, WriteBatch,
 };
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
@@ -74,6 +74,12 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
     /// `$3` the lease, `$4` now, `$5` the state they leave, `$6` how many at most; returns the
     /// runs claimed.
     const CLAIM_QUEUED: &'static str;
+    /// Lists a tenant's responses ([`RunStore::list_runs`]), newest (highest id) first: `$1`
+    /// the tenant, `$2` the id they come after, `$3` the state, `$4` the state they are not
+    /// in, `$5` the model, `$6` the metadata pairs they must have (a JSON object), `$7` and
+    /// `$8` the creation times from and before, `$9` how many; each filter a NULL leaves out.
+    /// The JSON reads of the body are the dialects' own.
+    const LIST_RUNS: &'static str;
 
     /// Where reads go.
     fn readers(&self) -> &Pool<Self::Db>;
@@ -612,6 +618,41 @@ where
             .fetch_one(self.backend.readers())
             .await?;
         Ok(sql::sequence(last))
+    }
+
+    async fn list_runs(
+        &self,
+        tenant_id: &str,
+        filter: &RunFilter,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<(Vec<StoredRun>, bool), StoreError> {
+        let metadata = (!filter.metadata.is_empty()).then(|| {
+            let pairs: serde_json::Map<String, serde_json::Value> = filter
+                .metadata
+                .iter()
+                .map(|(key, value)| (key.clone(), value.as_str().into()))
+                .collect();
+            serde_json::Value::Object(pairs).to_string()
+        });
+        // Ids are UUIDv7s, so the primary key orders the listing by creation: no index of
+        // its own to keep up on the insert of every run.
+        let rows: Vec<RunRow> = sqlx::query_as(B::LIST_RUNS)
+            .bind(tenant_id)
+            .bind(after)
+            .bind(filter.state.map(RunState::as_str))
+            .bind(filter.not_state.map(RunState::as_str))
+            .bind(filter.model.as_deref())
+            .bind(metadata)
+            .bind(filter.created_from)
+            .bind(filter.created_before)
+            .bind(i64::from(limit) + 1)
+            .fetch_all(self.backend.readers())
+            .await?;
+        let mut runs = sql::runs(rows)?;
+        let has_more = runs.len() > limit as usize;
+        runs.truncate(limit as usize);
+        Ok((runs, has_more))
     }
 
     async fn input_items(&self, tenant_id: &str, id: &str) -> Result<Vec<Item>, StoreError> {

@@ -506,6 +506,20 @@ impl StoreBackend for SqliteBackend {
         sql::run_columns!()
     );
 
+    /// `json_each` reads the body's metadata (values are strings, read as text).
+    const LIST_RUNS: &'static str = concat!(
+        "SELECT ",
+        sql::run_columns!(),
+        " FROM responses WHERE tenant_id = $1 AND (store OR stopped_at IS NULL) \
+         AND ($2 IS NULL OR id < $2) AND ($3 IS NULL OR state = $3) \
+         AND ($4 IS NULL OR state <> $4) AND ($5 IS NULL OR json_extract(body, '$.model') = $5) \
+         AND ($6 IS NULL OR NOT EXISTS (SELECT 1 FROM json_each($6) AS wanted WHERE NOT EXISTS \
+         (SELECT 1 FROM json_each(responses.body, '$.metadata') AS has \
+         WHERE has.key = wanted.key AND has.value = wanted.value))) \
+         AND ($7 IS NULL OR created_at >= $7) AND ($8 IS NULL OR created_at < $8) \
+         ORDER BY id DESC LIMIT $9"
+    );
+
     fn readers(&self) -> &SqlitePool {
         &self.readers
     }

@@ -244,6 +244,23 @@ pub struct UsageRow {
     pub output_tokens: i64,
 }
 
+/// Which of a tenant's responses a listing shows (`GET /v1/responses`); every field left
+/// empty matches every response.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only responses in this state.
+    pub state: Option<RunState>,
+    /// Only responses in any state but this one.
+    pub not_state: Option<RunState>,
+    pub model: Option<String>,
+    /// Metadata pairs a response must all have.
+    pub metadata: Vec<(String, String)>,
+    /// Created at or after.
+    pub created_from: Option<UnixMillis>,
+    /// Created before.
+    pub created_before: Option<UnixMillis>,
+}
+
 /// Order of a page of input items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Order {

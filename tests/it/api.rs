@@ -291,6 +291,97 @@ async fn input_items_are_listed_in_pages_in_either_order() {
     }
 }
 
+#[tokio::test]
+async fn the_callers_responses_are_listed_newest_first_filtered_and_paged() {
+    let app = TestApp::start().await;
+    app.llm.push(Turn::text("one"));
+    app.llm.push(Turn::tool_call(
+        "call_1",
+        "get_weather",
+        r#"{"city":"Paris"}"#,
+    ));
+    app.llm.push(Turn::text("three"));
+    let weather = json!({"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    let mut ids = Vec::new();
+    for body in [
+        json!({"model": "gpt-4o-mini", "input": "1", "metadata": {"topic": "a b&c"}}),
+        json!({"model": "gpt-4o-mini", "input": "2", "tools": [weather]}),
+        json!({"model": "gpt-4o", "input": "3", "metadata": {"topic": "x"}}),
+    ] {
+        let (status, created) = app.post("/v1/responses", &body).await;
+        assert_eq!(status, 200, "{created}");
+        ids.push(created["id"].as_str().unwrap().to_string());
+    }
+    let listed = |query: &'static str| {
+        let app = &app;
+        async move {
+            let (status, page) = app.get(&format!("/v1/responses{query}")).await;
+            assert_eq!(status, 200, "{query}: {page}");
+            let ids: Vec<String> = page["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_string())
+                .collect();
+            (ids, page)
+        }
+    };
+    let (all, page) = listed("").await;
+    assert_eq!(all, [ids[2].clone(), ids[1].clone(), ids[0].clone()]);
+    assert_eq!(page["object"], "list");
+    assert_eq!(page["first_id"], ids[2].as_str());
+    assert_eq!(page["last_id"], ids[0].as_str());
+    assert_eq!(page["has_more"], false);
+    assert_eq!(
+        page["data"][1]["output"][0]["type"], "function_call",
+        "{page}"
+    );
+    assert_eq!(page["data"][0]["output"][0]["content"][0]["text"], "three");
+
+    let (first, page) = listed("?limit=2").await;
+    assert_eq!(first, [ids[2].clone(), ids[1].clone()]);
+    assert_eq!(page["has_more"], true);
+    let (status, rest) = app
+        .get(&format!("/v1/responses?limit=2&after={}", ids[1]))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(rest["data"][0]["id"], ids[0].as_str());
+    assert_eq!(rest["has_more"], false);
+
+    assert_eq!(listed("?waiting=true").await.0, [ids[1].clone()]);
+    assert_eq!(listed("?status=requires_action").await.0, [ids[1].clone()]);
+    assert_eq!(
+        listed("?waiting=false").await.0,
+        [ids[2].clone(), ids[0].clone()]
+    );
+    assert!(listed("?waiting=true&status=completed").await.0.is_empty());
+    assert_eq!(listed("?model=gpt-4o").await.0, [ids[2].clone()]);
+    assert_eq!(
+        listed("?metadata%5Btopic%5D=a%20b%26c").await.0,
+        [ids[0].clone()]
+    );
+    assert_eq!(
+        listed("?metadata[topic]=x&status=completed").await.0,
+        [ids[2].clone()]
+    );
+    assert!(listed("?created_before=1").await.0.is_empty());
+    assert_eq!(listed("?created_after=1").await.0.len(), 3);
+
+    for (query, param) in [
+        ("limit=0", "limit"),
+        ("status=done", "status"),
+        ("waiting=yes", "waiting"),
+        ("created_after=yesterday", "created_after"),
+        ("created_before=1.5", "created_before"),
+    ] {
+        let (status, body) = app.get(&format!("/v1/responses?{query}")).await;
+        assert_eq!(status, 400, "{query}");
+        assert_eq!(body["error"]["param"], param, "{query}: {body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+    }
+}
+
 /// `(request body, status, param, message fragment, code)`
 async fn expect_error(
     app: &TestApp,

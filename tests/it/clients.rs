@@ -773,8 +773,9 @@ async fn a_websocket_message_that_is_not_a_create_request_gets_an_error_event() 
     .await;
     assert_eq!(events[0]["error"]["param"], "background");
 
-    let (status, _) = app.get("/v1/responses").await;
-    assert_eq!(status, 405, "a plain GET is not a WebSocket");
+    let (status, listed) = app.get("/v1/responses").await;
+    assert_eq!(status, 200, "a plain GET lists the responses: {listed}");
+    assert_eq!(listed["object"], "list");
 }
 
 #[tokio::test]

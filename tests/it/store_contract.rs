@@ -573,6 +573,110 @@ async fn input_items_page_forwards_and_backwards() {
 }
 
 #[tokio::test]
+async fn a_tenants_runs_are_listed_newest_first_in_pages_and_filtered() {
+    for db in backends().await {
+        let store = store::connect(&db.url, 4).await.unwrap();
+        let t = store::DEFAULT_TENANT;
+        // (model, metadata, state, created at): ids made in this order sort by creation.
+        let runs = [
+            (
+                "a",
+                json!({"k": "v", "team": "x"}),
+                RunState::Completed,
+                1_000,
+            ),
+            ("b", json!({"k": "v"}), RunState::RequiresAction, 2_000),
+            ("a", json!({"k": "w"}), RunState::InProgress, 3_000),
+            (
+                "a",
+                json!({"k": "v", "team": "x", "odd": "it's \"q\""}),
+                RunState::RequiresAction,
+                4_000,
+            ),
+        ];
+        let mut ids = Vec::new();
+        for (model, metadata, state, now) in &runs {
+            let id = ids::new(ids::RESPONSE);
+            let mut run = new_run(&id, 1, "a", 10);
+            run.body.model = (*model).into();
+            run.body.metadata = serde_json::from_value(metadata.clone()).unwrap();
+            run.state = *state;
+            run.now = at(*now);
+            store.insert_run(&run).await.unwrap();
+            ids.push(id);
+        }
+
+        let list = |filter: store::RunFilter, limit: u32, after: Option<String>| {
+            let store = store.clone();
+            async move {
+                let (runs, more) = store
+                    .list_runs(t, &filter, limit, after.as_deref())
+                    .await
+                    .unwrap();
+                let ids: Vec<String> = runs.into_iter().map(|r| r.body.id).collect();
+                (ids, more)
+            }
+        };
+        let all = store::RunFilter::default();
+        assert_eq!(
+            list(all.clone(), 10, None).await,
+            (
+                vec![
+                    ids[3].clone(),
+                    ids[2].clone(),
+                    ids[1].clone(),
+                    ids[0].clone()
+                ],
+                false
+            )
+        );
+        assert_eq!(
+            list(all.clone(), 2, None).await,
+            (vec![ids[3].clone(), ids[2].clone()], true)
+        );
+        assert_eq!(
+            list(all.clone(), 2, Some(ids[2].clone())).await,
+            (vec![ids[1].clone(), ids[0].clone()], false)
+        );
+        let by = |change: fn(&mut store::RunFilter)| {
+            let mut filter = store::RunFilter::default();
+            change(&mut filter);
+            filter
+        };
+        let paused = by(|f| f.state = Some(RunState::RequiresAction));
+        assert_eq!(
+            list(paused, 10, None).await.0,
+            [ids[3].clone(), ids[1].clone()]
+        );
+        let not_paused = by(|f| f.not_state = Some(RunState::RequiresAction));
+        assert_eq!(
+            list(not_paused, 10, None).await.0,
+            [ids[2].clone(), ids[0].clone()]
+        );
+        let model = by(|f| f.model = Some("b".into()));
+        assert_eq!(list(model, 10, None).await.0, [ids[1].clone()]);
+        let pairs =
+            by(|f| f.metadata = vec![("k".into(), "v".into()), ("team".into(), "x".into())]);
+        assert_eq!(
+            list(pairs, 10, None).await.0,
+            [ids[3].clone(), ids[0].clone()]
+        );
+        let quoted = by(|f| f.metadata = vec![("odd".into(), "it's \"q\"".into())]);
+        assert_eq!(list(quoted, 10, None).await.0, [ids[3].clone()]);
+        let missing = by(|f| f.metadata = vec![("nope".into(), "v".into())]);
+        assert_eq!(list(missing, 10, None).await.0, Vec::<String>::new());
+        let window = by(|f| {
+            f.created_from = Some(at(2_000));
+            f.created_before = Some(at(4_000));
+        });
+        assert_eq!(
+            list(window, 10, None).await.0,
+            [ids[2].clone(), ids[1].clone()]
+        );
+    }
+}
+
+#[tokio::test]
 async fn deleting_a_run_removes_its_items_and_events() {
     for db in backends().await {
         let store = store::connect(&db.url, 4).await.unwrap();
