@@ -295,6 +295,7 @@ fn app_state(
         body_timeout: Duration::from_secs(config.server.body_read_timeout_seconds.max(1)),
         stopping,
         body_limit: config.server.body_limit_bytes,
+        ui: config.ui.clone(),
         heartbeat: Duration::from_secs(config.server.heartbeat_seconds.max(1)),
     }
 }

@@ -54,6 +54,9 @@ pub struct Config {
     /// How reasoning given to clients in `encrypted_content` is sealed.
     #[serde(default)]
     pub reasoning: ReasoningConfig,
+    /// The run inspector's pages under `/ui`.
+    #[serde(default)]
+    pub ui: UiConfig,
     /// Where each value came from, for messages that name it.
     #[serde(skip)]
     origin: Origin,
@@ -387,6 +390,29 @@ pub struct ReasoningConfig {
     pub encryption_key: Option<Secret>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_encryption_keys: Vec<Secret>,
+}
+
+/// `[ui]`: the run inspector (`/ui`, SPEC §17), the operator's switches.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UiConfig {
+    /// Serve the pages at all (without them `/ui` is a 404).
+    pub enabled: bool,
+    /// Show runs, but offer no form that changes one (no answers, no cancel).
+    pub read_only: bool,
+    /// Show what runs said and did (messages, tool arguments and outputs, metadata values);
+    /// off, the pages show their shape (ids, statuses, times, sizes) only.
+    pub show_content: bool,
+}
+
+impl Default for UiConfig {
+    fn default() -> UiConfig {
+        UiConfig {
+            enabled: true,
+            read_only: false,
+            show_content: true,
+        }
+    }
 }
 
 /// Where a model's requests go when its provider fails before it streams.

@@ -159,6 +159,13 @@ impl ApiError {
     }
 
     /// `(type, message, param, code)` as the client sees them.
+    /// The message a client is shown (a fault's generic one, its cause logged), for a page
+    /// that shows it in its own way.
+    pub fn shown_message(&self) -> String {
+        self.log_fault();
+        self.envelope().1
+    }
+
     fn envelope(&self) -> (&'static str, String, Option<String>, Option<String>) {
         match self {
             ApiError::InvalidRequest {

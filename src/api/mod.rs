@@ -15,6 +15,7 @@ mod responses;
 mod service;
 pub mod sse;
 mod state;
+mod ui;
 mod websocket;
 
 pub use state::AppState;
@@ -81,8 +82,13 @@ pub fn router(state: AppState) -> Router {
         ));
     // Made once per process (at the first router) and shared by every request.
     let document = openapi::document();
+    let mut pages = Router::new();
+    if state.ui.enabled {
+        pages = ui::router();
+    }
     Router::new()
         .merge(v1)
+        .merge(pages)
         .route("/healthz", get(service::healthz))
         .route("/readyz", get(service::readyz))
         .route("/metrics", get(service::metrics))

@@ -14,6 +14,8 @@ pub struct AppState {
     /// How long a request body may take to arrive.
     pub body_timeout: Duration,
     pub heartbeat: Duration,
+    /// The run inspector's switches.
+    pub ui: crate::config::UiConfig,
     /// Set as shutdown begins: `/readyz` answers 503 from then on.
     pub stopping: Arc<std::sync::atomic::AtomicBool>,
 }

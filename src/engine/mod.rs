@@ -90,6 +90,18 @@ pub struct StartedRun {
 pub type EventStream =
     std::pin::Pin<Box<dyn Stream<Item = Result<Arc<EventRecord>, EngineError>> + Send>>;
 
+/// The most events of one run the inspector reads (a long text run has one per delta).
+pub const INSPECTED_EVENTS: usize = 20_000;
+
+/// One run as the run inspector shows it.
+#[derive(Debug)]
+pub struct Inspection {
+    pub run: StoredRun,
+    /// Its stored event log, in order.
+    pub events: Vec<EventRecord>,
+    pub input: Vec<Item>,
+}
+
 /// A page of a run's input items.
 #[derive(Clone, Debug)]
 pub struct ItemPage {
@@ -282,6 +294,28 @@ impl Engine {
             return Err(EngineError::NotFound(id.to_string()));
         }
         Ok(run.body)
+    }
+
+    /// Everything the run inspector shows of one run: the run, its stored event log (up to
+    /// [`INSPECTED_EVENTS`]) and its input items.
+    pub async fn inspect(&self, tenant_id: &str, id: &str) -> Result<Inspection, EngineError> {
+        let run = self.get_run(tenant_id, id).await?;
+        if !run.body.store && run.state.is_final() {
+            return Err(EngineError::NotFound(id.to_string()));
+        }
+        let store = &self.inner.store;
+        let mut events = Vec::new();
+        loop {
+            let after = events.last().map(|e: &EventRecord| e.sequence_number);
+            let page = store.events_after(id, after, 2_000).await?;
+            let done = page.len() < 2_000;
+            events.extend(page);
+            if done || events.len() >= INSPECTED_EVENTS {
+                break;
+            }
+        }
+        let input = store.input_items(tenant_id, id).await?;
+        Ok(Inspection { run, events, input })
     }
 
     /// A page of the tenant's responses (`GET /v1/responses`), newest first, and whether more

@@ -16,6 +16,7 @@ mod conversations;
 mod crash;
 mod faults;
 mod hostile;
+mod inspector;
 mod lifecycle;
 mod mcp;
 mod openapi;

@@ -1,0 +1,420 @@
+//! What the inspector's pages show, made from stored runs: a row of the run list, and a run's
+//! timeline read from its event log (the times the events were emitted, never the times rows
+//! were written). Plain strings only: the templates escape every one of them.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::engine::Inspection;
+use crate::protocol::events::EventRecord;
+use crate::protocol::items::Item;
+use crate::store::{RunState, StoredRun};
+use crate::time::UnixMillis;
+
+/// What a page may show of a run's content (`[ui] show_content`).
+#[derive(Clone, Copy)]
+pub struct Content {
+    pub shown: bool,
+}
+
+impl Content {
+    /// `text`, or the size of what is hidden.
+    pub fn text(self, text: &str) -> String {
+        if self.shown {
+            text.to_owned()
+        } else {
+            format!("(hidden: {} bytes)", text.len())
+        }
+    }
+}
+
+/// One line of the run list.
+pub struct Row {
+    pub id: String,
+    pub status: String,
+    pub model: String,
+    pub started: String,
+    pub duration: String,
+    pub tokens: String,
+    pub tools_called: usize,
+    pub waiting: bool,
+}
+
+impl Row {
+    pub fn of(run: &StoredRun, now: UnixMillis) -> Row {
+        let body = &run.body;
+        Row {
+            id: body.id.clone(),
+            status: run.state.as_str().to_owned(),
+            model: body.model.clone(),
+            started: utc(body.created_at * 1000),
+            duration: run_duration(run, now),
+            tokens: body
+                .usage
+                .as_ref()
+                .map_or_else(|| "–".to_owned(), |u| u.total_tokens.to_string()),
+            tools_called: body.output.iter().filter(|item| is_call(item)).count(),
+            waiting: run.state == RunState::RequiresAction,
+        }
+    }
+}
+
+fn is_call(item: &Item) -> bool {
+    matches!(
+        item_type(item).as_deref(),
+        Some("function_call" | "custom_tool_call" | "local_shell_call" | "mcp_call")
+    )
+}
+
+fn item_type(item: &Item) -> Option<String> {
+    serde_json::to_value(item)
+        .ok()
+        .and_then(|v| v["type"].as_str().map(str::to_owned))
+}
+
+/// From its creation to its last change once it stopped or paused, or to now.
+fn run_duration(run: &StoredRun, now: UnixMillis) -> String {
+    let settled = run.state.is_final() || run.state == RunState::RequiresAction;
+    let end = if settled { run.updated_at } else { now };
+    seconds(end.as_millis() - run.body.created_at * 1000)
+}
+
+/// `2026-11-29 00:41:02 UTC`.
+pub fn utc(millis: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(millis)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}
+
+/// A duration in milliseconds, for people: `840 ms`, `3.2 s`, `4 min 05 s`.
+pub fn seconds(millis: i64) -> String {
+    let millis = millis.max(0);
+    if millis < 1_000 {
+        format!("{millis} ms")
+    } else if millis < 60_000 {
+        format!("{:.1} s", millis as f64 / 1_000.0)
+    } else {
+        format!("{} min {:02} s", millis / 60_000, (millis % 60_000) / 1_000)
+    }
+}
+
+/// One entry of a run's timeline.
+pub struct Entry {
+    /// Since the run's first event.
+    pub at: String,
+    /// When it happened, UTC.
+    pub when: String,
+    pub duration: Option<String>,
+    /// `model`, `tool`, `approval`, `run`: what kind of step it is (a CSS class too).
+    pub kind: &'static str,
+    pub title: String,
+    /// Labelled values (text shown as it is, in a `<pre>`).
+    pub fields: Vec<(String, String)>,
+    /// Still being written.
+    pub open: bool,
+}
+
+/// The item entries under construction, by item id.
+struct Open {
+    index: usize,
+    started: i64,
+    partial: String,
+}
+
+/// A run's timeline from its event log: its lifecycle (created, queued, running, paused,
+/// resumed, stopped) and each output item from its `added` to its `done`, with the output a
+/// client submitted for a call beside the call.
+pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
+    let outputs = submitted_outputs(&inspection.input);
+    let final_items: HashMap<String, Value> = inspection
+        .run
+        .body
+        .output
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .filter_map(|v| Some((v["id"].as_str()?.to_owned(), v)))
+        .collect();
+    let Some(first) = inspection.events.first() else {
+        return Vec::new();
+    };
+    let origin = first.created_at;
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut open: HashMap<String, Open> = HashMap::new();
+    let mut running_before = false;
+    for event in &inspection.events {
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        let stamp = |entry_kind, title: String| Entry {
+            at: format!("+{}", seconds(event.created_at - origin)),
+            when: utc(event.created_at),
+            duration: None,
+            kind: entry_kind,
+            title,
+            fields: Vec::new(),
+            open: false,
+        };
+        match event.event_type.as_ref() {
+            "response.created" => entries.push(stamp("run", "Run created".into())),
+            "response.queued" => entries.push(stamp("run", "Queued".into())),
+            "response.in_progress" => {
+                let title = if running_before { "Resumed" } else { "Running" };
+                running_before = true;
+                entries.push(stamp("run", title.into()));
+            }
+            "response.output_item.added" => {
+                let item = &data["item"];
+                let Some(id) = item["id"].as_str() else {
+                    continue;
+                };
+                let mut entry = stamp("model", String::new());
+                describe(&mut entry, item, &outputs, content);
+                entry.open = true;
+                open.insert(
+                    id.to_owned(),
+                    Open {
+                        index: entries.len(),
+                        started: event.created_at,
+                        partial: String::new(),
+                    },
+                );
+                entries.push(entry);
+            }
+            kind if kind.ends_with(".delta") => {
+                if let (Some(id), Some(delta)) = (data["item_id"].as_str(), data["delta"].as_str())
+                    && let Some(item) = open.get_mut(id)
+                {
+                    item.partial.push_str(delta);
+                    let entry = &mut entries[item.index];
+                    entry.fields = vec![("So far".into(), content.text(&item.partial))];
+                }
+            }
+            "response.output_item.done" => {
+                let item = &data["item"];
+                let Some(id) = item["id"].as_str() else {
+                    continue;
+                };
+                if let Some(started) = open.remove(id) {
+                    let entry = &mut entries[started.index];
+                    let item = final_items.get(id).unwrap_or(item);
+                    describe(entry, item, &outputs, content);
+                    entry.duration = Some(seconds(event.created_at - started.started));
+                    entry.open = false;
+                }
+            }
+            "response.completed" | "response.failed" | "response.incomplete" => {
+                entries.push(stopped(
+                    stamp("run", String::new()),
+                    &data["response"],
+                    content,
+                ));
+            }
+            "error" => {
+                let mut entry = stamp("error", "Error".into());
+                entry.fields = vec![(
+                    "Message".into(),
+                    data["error"]["message"]
+                        .as_str()
+                        .or(data["message"].as_str())
+                        .unwrap_or_default()
+                        .to_owned(),
+                )];
+                entries.push(entry);
+            }
+            _ => {}
+        }
+    }
+    entries
+}
+
+/// A stop or pause, as its terminal event's response tells it.
+fn stopped(mut entry: Entry, response: &Value, content: Content) -> Entry {
+    let status = response["status"].as_str().unwrap_or_default();
+    let paused = !response["required_action"].is_null();
+    entry.title = match (paused, status) {
+        (true, _) => "Paused: waiting for the client".to_owned(),
+        (false, "completed") => "Completed".to_owned(),
+        (false, "failed") => "Failed".to_owned(),
+        (false, "incomplete") => "Stopped incomplete".to_owned(),
+        (false, "cancelled") => "Cancelled".to_owned(),
+        (false, other) => format!("Stopped ({other})"),
+    };
+    if status == "failed" || status == "cancelled" || status == "incomplete" {
+        entry.kind = "error";
+    }
+    if let Some(message) = response["error"]["message"].as_str() {
+        entry.fields.push(("Error".into(), content.text(message)));
+    }
+    if let Some(reason) = response["incomplete_details"]["reason"].as_str() {
+        entry.fields.push(("Reason".into(), reason.to_owned()));
+    }
+    if let Some(usage) = response.get("usage").filter(|u| !u.is_null()) {
+        entry.fields.push((
+            "Tokens".into(),
+            format!(
+                "{} in, {} out, {} in all",
+                usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]
+            ),
+        ));
+    }
+    entry
+}
+
+/// The title and fields of an output item's entry.
+fn describe(entry: &mut Entry, item: &Value, outputs: &HashMap<String, String>, content: Content) {
+    let text = |v: &Value| content.text(v.as_str().unwrap_or_default());
+    let name = item["name"].as_str().unwrap_or_default();
+    entry.fields.clear();
+    match item["type"].as_str().unwrap_or_default() {
+        "message" => {
+            entry.kind = "model";
+            entry.title = "Model message".into();
+            let said: Vec<&str> = item["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|part| part["text"].as_str().or(part["refusal"].as_str()))
+                .collect();
+            entry
+                .fields
+                .push(("Text".into(), content.text(&said.join("\n"))));
+        }
+        "reasoning" => {
+            entry.kind = "model";
+            entry.title = "Model reasoning".into();
+            let said: Vec<&str> = ["summary", "content"]
+                .iter()
+                .flat_map(|key| item[*key].as_array().into_iter().flatten())
+                .filter_map(|part| part["text"].as_str())
+                .collect();
+            if !said.is_empty() {
+                entry
+                    .fields
+                    .push(("Summary".into(), content.text(&said.join("\n"))));
+            }
+        }
+        "function_call" | "custom_tool_call" | "local_shell_call" => {
+            entry.kind = "tool";
+            entry.title = format!("Client tool call: {name}");
+            let arguments = item
+                .get("arguments")
+                .or(item.get("input"))
+                .or(item.get("action"));
+            let arguments = match arguments {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            entry
+                .fields
+                .push(("Arguments".into(), content.text(&arguments)));
+            let call_id = item["call_id"].as_str().unwrap_or_default();
+            entry.fields.push(("Call id".into(), call_id.to_owned()));
+            if let Some(output) = outputs.get(call_id) {
+                entry
+                    .fields
+                    .push(("Output (from the client)".into(), content.text(output)));
+            }
+        }
+        "mcp_call" => {
+            entry.kind = "tool";
+            let server = item["server_label"].as_str().unwrap_or_default();
+            entry.title = format!("Server tool call: {server} / {name}");
+            entry
+                .fields
+                .push(("Arguments".into(), text(&item["arguments"])));
+            if !item["output"].is_null() {
+                entry.fields.push(("Output".into(), text(&item["output"])));
+            }
+            if !item["error"].is_null() {
+                let error = match &item["error"] {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                entry.fields.push(("Error".into(), content.text(&error)));
+            }
+        }
+        "mcp_list_tools" => {
+            entry.kind = "tool";
+            let server = item["server_label"].as_str().unwrap_or_default();
+            entry.title = format!("Tools listed: {server}");
+            let names: Vec<&str> = item["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|tool| tool["name"].as_str())
+                .collect();
+            entry.fields.push(("Tools".into(), names.join(", ")));
+        }
+        "mcp_approval_request" => {
+            entry.kind = "approval";
+            let server = item["server_label"].as_str().unwrap_or_default();
+            entry.title = format!("Approval asked: {server} / {name}");
+            entry
+                .fields
+                .push(("Arguments".into(), text(&item["arguments"])));
+        }
+        other => {
+            entry.kind = "model";
+            entry.title = format!("Item: {other}");
+            entry
+                .fields
+                .push(("Item".into(), content.text(&item.to_string())));
+        }
+    }
+}
+
+/// The outputs the client gave for its calls (input items of the resumed run), by call id.
+fn submitted_outputs(input: &[Item]) -> HashMap<String, String> {
+    input
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .filter(|v| {
+            v["type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("_call_output"))
+        })
+        .filter_map(|v| {
+            let output = match &v["output"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Some((v["call_id"].as_str()?.to_owned(), output))
+        })
+        .collect()
+}
+
+/// The last stored event's number: the page's live follower goes on after it.
+pub fn last_sequence(events: &[EventRecord]) -> Option<u64> {
+    events.last().map(|e| e.sequence_number)
+}
+
+/// The input a person gave, as `(role or type, text)` lines.
+pub fn input_lines(input: &[Item], content: Content) -> Vec<(String, String)> {
+    input
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .map(|v| {
+            let kind = v["role"]
+                .as_str()
+                .or(v["type"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let text = match &v["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => match &v["output"] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => v.to_string(),
+                    other => other.to_string(),
+                },
+            };
+            (kind, content.text(&text))
+        })
+        .collect()
+}
