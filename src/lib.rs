@@ -33,6 +33,10 @@
 //! each loads the run and resumes it in `engine/launch.rs`. An error on the way becomes an
 //! `engine/error.rs` `EngineError` (an upstream's error reply is read and judged in
 //! `llm/refusal.rs` first), then the client's `error.rs` `ApiError`.
+//!
+//! The run inspector (`/ui`, `api/ui/`) reads and changes runs through the same engine calls:
+//! `Engine::list` and `Engine::inspect` for its pages, `submit_tool_outputs` and `cancel` for its
+//! forms, `follow` for a live page.
 
 pub mod api;
 pub mod app;
