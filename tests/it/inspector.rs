@@ -172,10 +172,16 @@ async fn signing_in_with_a_key_gives_a_strict_http_only_session_scoped_to_its_te
         page.html
     );
 
-    let page = browser
-        .post("/ui/sign-in", &[("api_key", &ours), ("csrf", &csrf)])
-        .await;
+    // A browser told `Referrer-Policy` may send `Origin: null` on a page's own form.
+    let signing_in = browser
+        .client
+        .post(app.url("/ui/sign-in"))
+        .header("origin", "null")
+        .header("sec-fetch-site", "same-origin")
+        .form(&[("api_key", ours.as_str()), ("csrf", &csrf)]);
+    let page = browser.send(signing_in).await;
     assert_eq!((page.status, location(&page)), (303, "/ui"));
+    assert_eq!(page.headers["referrer-policy"], "same-origin");
     let session = page.headers[SET_COOKIE].to_str().unwrap();
     assert!(session.starts_with("switchyard_session="), "{session}");
     assert!(
@@ -273,6 +279,26 @@ async fn a_pause_is_answered_through_the_form_once_and_a_second_answer_gets_the_
     );
     let page = browser.get(&format!("/ui/responses/{id}")).await;
     assert!(page.html.contains("22 C, sunny") && page.html.contains("Sunny in Paris."));
+    let turns: Vec<usize> = [
+        "Model turn 1",
+        "Client tool call: get_weather",
+        "Paused: waiting for the client",
+        "Resumed",
+        "Model turn 2",
+        "Model message",
+        "Completed",
+    ]
+    .iter()
+    .map(|title| {
+        page.html
+            .find(&format!("<h3>{title}</h3>"))
+            .unwrap_or_else(|| panic!("{title}: {}", page.html))
+    })
+    .collect();
+    assert!(
+        turns.windows(2).all(|w| w[0] < w[1]),
+        "the timeline in order: {turns:?}"
+    );
     assert!(!page.html.contains("Submit outputs"));
 
     // The same form sent again (another tab): the API's refusal, and nothing runs again.

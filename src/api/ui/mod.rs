@@ -84,7 +84,8 @@ async fn protect(mut response: Response) -> Response {
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // Not `no-referrer`: with it a browser sends `Origin: null` on the pages' own forms.
+        HeaderValue::from_static("same-origin"),
     );
     headers
         .entry(header::CACHE_CONTROL)
@@ -180,7 +181,12 @@ fn check_form(headers: &HeaderMap, token: &str) -> Result<(), Page> {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|site| site == "cross-site");
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    let foreign_origin = match (headers.get(header::ORIGIN), host) {
+    // `Origin: null` (a privacy setting, a sandboxed page) says nothing either way: the
+    // token and `Sec-Fetch-Site` decide.
+    let origin = headers
+        .get(header::ORIGIN)
+        .filter(|o| o.as_bytes() != b"null");
+    let foreign_origin = match (origin, host) {
         (Some(origin), Some(host)) => {
             let origin = origin.to_str().unwrap_or_default();
             let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
@@ -639,7 +645,7 @@ fn run_view<'a>(
     let row = Row::of(run, UnixMillis::now());
     let mut summary = vec![
         ("Model", body.model.clone()),
-        ("Started", row.started),
+        ("Started (UTC)", row.started),
         ("Duration", row.duration),
     ];
     if let Some(usage) = &body.usage {

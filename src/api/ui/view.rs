@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::engine::Inspection;
 use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
+use crate::protocol::transcript::Entry as Transcribed;
 use crate::store::{RunState, StoredRun};
 use crate::time::UnixMillis;
 
@@ -48,7 +49,9 @@ impl Row {
             id: body.id.clone(),
             status: run.state.as_str().to_owned(),
             model: body.model.clone(),
-            started: utc(body.created_at * 1000),
+            started: chrono::DateTime::from_timestamp(body.created_at, 0)
+                .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+                .unwrap_or_default(),
             duration: run_duration(run, now),
             tokens: body
                 .usage
@@ -122,11 +125,39 @@ struct Open {
     partial: String,
 }
 
+/// The model turn (from 1) each item of the transcript came from, by item id.
+fn turns_of(transcript: &[Transcribed]) -> HashMap<String, usize> {
+    let mut turn = 1;
+    let mut turns = HashMap::new();
+    for entry in transcript {
+        match entry {
+            Transcribed::TurnEnd => turn += 1,
+            Transcribed::Item(item) => {
+                turns.insert(item.id().to_owned(), turn);
+            }
+        }
+    }
+    turns
+}
+
+/// Whether an event of an item is the model's part of it (streaming the item) rather than the
+/// service's (running a server tool call).
+fn model_part(event_type: &str, item_type: Option<&str>) -> bool {
+    !(event_type.starts_with("response.mcp_call.")
+        || (event_type == "response.output_item.done" && item_type == Some("mcp_call")))
+}
+
 /// A run's timeline from its event log: its lifecycle (created, queued, running, paused,
-/// resumed, stopped) and each output item from its `added` to its `done`, with the output a
-/// client submitted for a call beside the call.
+/// resumed, stopped), each model turn (from when the model was asked — the run's start, or the
+/// end of the tool calls before it — to the last thing it streamed) and each output item from
+/// its `added` to its `done`, with the output a client submitted for a call beside the call.
 pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
     let outputs = submitted_outputs(&inspection.input);
+    let turns = turns_of(&inspection.run.transcript);
+    // The model turn being shown: its number, its entry, when it was asked.
+    let mut turn: Option<(usize, usize, i64)> = None;
+    let mut asked_at = 0;
+    let mut item_types: HashMap<String, String> = HashMap::new();
     let final_items: HashMap<String, Value> = inspection
         .run
         .body
@@ -155,12 +186,26 @@ pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
             fields: Vec::new(),
             open: false,
         };
+        if let (Some((number, index, started)), Some(id)) = (
+            turn,
+            data["item_id"].as_str().or(data["item"]["id"].as_str()),
+        ) && turns.get(id) == Some(&number)
+            && model_part(&event.event_type, item_types.get(id).map(String::as_str))
+        {
+            entries[index].duration = Some(seconds(event.created_at - started));
+        }
+        if event.event_type == "response.output_item.done" {
+            // The next turn is asked for once what came before it is done.
+            asked_at = event.created_at;
+        }
         match event.event_type.as_ref() {
             "response.created" => entries.push(stamp("run", "Run created".into())),
             "response.queued" => entries.push(stamp("run", "Queued".into())),
             "response.in_progress" => {
                 let title = if running_before { "Resumed" } else { "Running" };
                 running_before = true;
+                asked_at = event.created_at;
+                turn = None;
                 entries.push(stamp("run", title.into()));
             }
             "response.output_item.added" => {
@@ -168,6 +213,20 @@ pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
                 let Some(id) = item["id"].as_str() else {
                     continue;
                 };
+                if let Some(kind) = item["type"].as_str() {
+                    item_types.insert(id.to_owned(), kind.to_owned());
+                }
+                // Tools listed before a turn are the service's, not the model's.
+                if let Some(&number) = turns.get(id)
+                    && item["type"] != "mcp_list_tools"
+                    && turn.is_none_or(|(current, _, _)| current != number)
+                {
+                    let mut entry = stamp("turn", format!("Model turn {number}"));
+                    entry.at = format!("+{}", seconds(asked_at - origin));
+                    entry.when = utc(asked_at);
+                    turn = Some((number, entries.len(), asked_at));
+                    entries.push(entry);
+                }
                 let mut entry = stamp("model", String::new());
                 describe(&mut entry, item, &outputs, content);
                 entry.open = true;
