@@ -573,14 +573,16 @@ def check_dockerignore(members):
     for extra in ("build.rs", "config/default.toml"):
         if exists(extra):
             needed.append(extra)
-    if exists("migrations"):
-        for d, _, files in os.walk(os.path.join(ROOT, "migrations")):
-            needed += [os.path.relpath(os.path.join(d, f), ROOT) for f in files]
+    # Migrations, and the inspector's templates and assets (compiled into the binary).
+    for folder in ("migrations", "templates", "assets"):
+        if exists(folder):
+            for d, _, files in os.walk(os.path.join(ROOT, folder)):
+                needed += [os.path.relpath(os.path.join(d, f), ROOT) for f in files]
     for m in members or []:
         needed.append(m["manifest"])
         needed += [src for _, src in m["targets"]]
     bad = sorted({p for p in needed if ignored(p, pats)})
-    check(not bad, f"keeps the {len(set(needed))} files the build needs (manifests, targets, lock, config, migrations)",
+    check(not bad, f"keeps the {len(set(needed))} files the build needs (manifests, targets, lock, config, migrations, templates, assets)",
           f".dockerignore leaves out files the build needs: {', '.join(bad)}")
     check(ignored(".env", pats), ".env (secrets) stays out of the build context",
           ".env is not in .dockerignore: the stack's secrets would be sent to the builder")
