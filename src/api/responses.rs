@@ -513,7 +513,13 @@ pub(super) fn run_filter(
         },
         Some(false) => (state, Some(paused)),
     };
-    for (key, _) in &metadata {
+    for (n, (key, _)) in metadata.iter().enumerate() {
+        if metadata[..n].iter().any(|(earlier, _)| earlier == key) {
+            return Err(ApiError::invalid(
+                "metadata",
+                format!("Metadata key '{key}' is given twice: a response has one value per key."),
+            ));
+        }
         if key.is_empty() || key.chars().count() > 64 {
             return Err(ApiError::invalid(
                 "metadata",

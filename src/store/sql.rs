@@ -27,7 +27,7 @@ pub(super) const PRUNE_BATCH: i64 = 50;
 macro_rules! run_columns {
     () => {
         "tenant_id, state, body, transcript, lease_owner, lease_expires_at, expires_at, \
-         updated_at, cancel_requested_at, key_id"
+         created_at, updated_at, cancel_requested_at, key_id"
     };
 }
 pub(super) use run_columns;
@@ -278,6 +278,7 @@ pub(super) struct RunRow {
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<UnixMillis>,
     pub expires_at: Option<UnixMillis>,
+    pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
     pub cancel_requested_at: Option<UnixMillis>,
     pub key_id: Option<String>,
@@ -295,6 +296,7 @@ impl TryFrom<RunRow> for StoredRun {
             lease_owner: row.lease_owner,
             lease_expires_at: row.lease_expires_at,
             expires_at: row.expires_at,
+            created_at: row.created_at,
             updated_at: row.updated_at,
             cancel_requested: row.cancel_requested_at.is_some(),
             key_id: row.key_id,

@@ -191,6 +191,8 @@ pub struct StoredRun {
     pub lease_owner: Option<String>,
     pub lease_expires_at: Option<UnixMillis>,
     pub expires_at: Option<UnixMillis>,
+    /// When it was stored (the Response's `created_at` is in whole seconds).
+    pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
     /// A client asked to cancel the run while another instance executed it.
     pub cancel_requested: bool,

@@ -374,6 +374,7 @@ async fn the_callers_responses_are_listed_newest_first_filtered_and_paged() {
         ("waiting=yes", "waiting"),
         ("created_after=yesterday", "created_after"),
         ("created_before=1.5", "created_before"),
+        ("metadata[topic]=a&metadata[topic]=b", "metadata"),
     ] {
         let (status, body) = app.get(&format!("/v1/responses?{query}")).await;
         assert_eq!(status, 400, "{query}");

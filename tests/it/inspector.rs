@@ -210,6 +210,16 @@ async fn signing_in_with_a_key_gives_a_strict_http_only_session_scoped_to_its_te
         format!("Response with id &#39;{}&#39; not found.", ids[1])
     );
 
+    // Behind a proxy that says which address the browser used, a form from it is this site's.
+    let proxied = browser
+        .client
+        .post(app.url("/ui/sign-in"))
+        .header("origin", "https://inspector.example:8443")
+        .header("x-forwarded-host", "inspector.example:8443")
+        .header("cookie", format!("switchyard_csrf={csrf}"))
+        .form(&[("api_key", ours.as_str()), ("csrf", &csrf)]);
+    assert_eq!(browser.send(proxied).await.status, 303);
+
     // Behind TLS the cookie is Secure; signing out clears it.
     let tls = browser
         .client
@@ -252,7 +262,7 @@ async fn a_pause_is_answered_through_the_form_once_and_a_second_answer_gets_the_
     assert_eq!(page.status, 200);
     assert!(
         page.html
-            .contains(r#"<label for="output-call_1">get_weather</label>"#),
+            .contains(r#"<label for="output-1">get_weather</label>"#),
         "{}",
         page.html
     );
@@ -430,4 +440,47 @@ async fn the_operator_switches_make_the_pages_read_only_hide_content_or_turn_the
         .await;
     let (status, _) = off.get("/ui").await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn pages_read_under_a_key_do_not_use_up_its_request_rate() {
+    let app = TestApp::builder().config(keys).start().await;
+    let store = app.store().await;
+    let policy = KeyPolicy {
+        requests_per_minute: Some(2),
+        ..KeyPolicy::default()
+    };
+    let secret = auth::create_key(&*store, "acme", "slow", &policy)
+        .await
+        .unwrap()
+        .1;
+    let mut browser = Browser::new(&app);
+    browser.get("/ui/sign-in").await;
+    let csrf = browser.csrf();
+    let page = browser
+        .post("/ui/sign-in", &[("api_key", &secret), ("csrf", &csrf)])
+        .await;
+    assert_eq!(page.status, 303);
+    for _ in 0..5 {
+        assert_eq!(browser.get("/ui").await.status, 200);
+    }
+    // The key's two requests of the minute are still there for its clients.
+    for _ in 0..2 {
+        let response = app
+            .client
+            .get(app.url("/v1/responses"))
+            .bearer_auth(&secret)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let response = app
+        .client
+        .get(app.url("/v1/responses"))
+        .bearer_auth(&secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
 }

@@ -33,7 +33,7 @@ use serde::Deserialize;
 
 use super::responses::run_filter;
 use super::state::AppState;
-use crate::auth::Caller;
+use crate::auth::{AuthError, Caller};
 use crate::engine::{Inspection, ItemPage};
 use crate::error::ApiError;
 use crate::protocol::items::ToolOutput;
@@ -145,20 +145,32 @@ fn set_cookie(name: &str, value: Option<&str>, headers: &HeaderMap) -> HeaderVal
 }
 
 /// The caller a request's session stands for: everyone in open mode, the signed-in key's
-/// tenant in key mode; `None` without a valid session.
-async fn caller(state: &AppState, headers: &HeaderMap) -> Option<Caller> {
+/// tenant in key mode; `None` without a valid session. A read (`metered` false) does not count
+/// against the key's request rate, a change does, as the API's requests do.
+async fn caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    metered: bool,
+) -> Result<Option<Caller>, AuthError> {
     if state.auth.is_open() {
-        return Some(Caller::open());
+        return Ok(Some(Caller::open()));
     }
-    let key = cookie(headers, SESSION_COOKIE)?;
-    let key: String = form_urlencoded::parse(format!("k={key}").as_bytes())
-        .next()
-        .map(|(_, value)| value.into_owned())?;
-    state
-        .auth
-        .authenticate(Some(&format!("Bearer {key}")))
-        .await
-        .ok()
+    let Some(key) = cookie(headers, SESSION_COOKIE).and_then(|key| {
+        form_urlencoded::parse(format!("k={key}").as_bytes())
+            .next()
+            .map(|(_, value)| format!("Bearer {value}"))
+    }) else {
+        return Ok(None);
+    };
+    let found = match metered {
+        true => state.auth.authenticate(Some(&key)).await,
+        false => state.auth.identify(Some(&key)).await,
+    };
+    match found {
+        Ok(caller) => Ok(Some(caller)),
+        Err(AuthError::Missing | AuthError::Invalid(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The CSRF token of this browser (its cookie's value), and the cookie to set when it had
@@ -180,7 +192,11 @@ fn check_form(headers: &HeaderMap, token: &str) -> Result<(), Page> {
         .get("sec-fetch-site")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|site| site == "cross-site");
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    // The address the browser used: a proxy's `X-Forwarded-Host`, else `Host`.
+    let host = headers
+        .get("x-forwarded-host")
+        .or(headers.get(header::HOST))
+        .and_then(|v| v.to_str().ok());
     // `Origin: null` (a privacy setting, a sandboxed page) says nothing either way: the
     // token and `Sec-Fetch-Site` decide.
     let origin = headers
@@ -311,6 +327,7 @@ struct ListPage<'a> {
     statuses: Vec<(&'static str, bool)>,
     error: Option<String>,
     older: Option<String>,
+    newest: Option<String>,
     paged: bool,
 }
 
@@ -349,7 +366,7 @@ struct PendingApprovalView {
 // ------------------------------------------------------------------ sign in and out
 
 async fn sign_in_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if state.auth.is_open() || caller(&state, &headers).await.is_some() {
+    if state.auth.is_open() || matches!(caller(&state, &headers, false).await, Ok(Some(_))) {
         return Redirect::to("/ui").into_response();
     }
     let frame = Frame::of(&state, &headers);
@@ -381,11 +398,8 @@ async fn sign_in(
         return Redirect::to("/ui").into_response();
     }
     let key = form.api_key.trim();
-    match state
-        .auth
-        .authenticate(Some(&format!("Bearer {key}")))
-        .await
-    {
+    // Signing in changes no run: not counted against the key's rate, as the pages are not.
+    match state.auth.identify(Some(&format!("Bearer {key}"))).await {
         Ok(_) => {
             let value: String = form_urlencoded::byte_serialize(key.as_bytes()).collect();
             let mut response = Redirect::to("/ui").into_response();
@@ -433,12 +447,17 @@ async fn signed_in(
     headers: &HeaderMap,
     method: &Method,
 ) -> Result<Caller, Response> {
-    match caller(state, headers).await {
-        Some(caller) => Ok(caller),
-        None if method == Method::GET && !is_fetch(headers) => {
+    match caller(state, headers, method != Method::GET).await {
+        Ok(Some(caller)) => Ok(caller),
+        // Over the key's rate, or the keys cannot be read: said as the API says it.
+        Err(e) => {
+            let (status, message) = refusal(e);
+            Err(Page::message(status, &message).into_response())
+        }
+        Ok(None) if method == Method::GET && !is_fetch(headers) => {
             Err(Redirect::to("/ui/sign-in").into_response())
         }
-        None => Err(Page::message(
+        Ok(None) => Err(Page::message(
             StatusCode::UNAUTHORIZED,
             "Your session ended: sign in again.",
         )
@@ -533,7 +552,7 @@ async fn list_page(
         }
     };
     let older = more
-        .then(|| rows.last().map(|row| older_link(&form, &row.id)))
+        .then(|| rows.last().map(|row| list_link(&form, Some(&row.id))))
         .flatten();
     let page = ListPage {
         csrf: &frame.csrf,
@@ -543,13 +562,14 @@ async fn list_page(
         statuses: STATUSES.iter().map(|s| (*s, form.status == *s)).collect(),
         error,
         older,
+        newest: (!form.after.is_empty()).then(|| list_link(&form, None)),
         paged: !form.after.is_empty(),
     };
     Page::of(status, &page, &frame).into_response()
 }
 
-/// The list's query for the next page: the same filters, after `id`.
-fn older_link(form: &ListForm, id: &str) -> String {
+/// The list with the same filters: after `id` (the next page), or from the newest.
+fn list_link(form: &ListForm, after: Option<&str>) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     for (key, value) in [
         ("status", &form.status),
@@ -563,7 +583,9 @@ fn older_link(form: &ListForm, id: &str) -> String {
             query.append_pair(key, value);
         }
     }
-    query.append_pair("after", id);
+    if let Some(id) = after {
+        query.append_pair("after", id);
+    }
     format!("/ui?{}", query.finish())
 }
 
@@ -591,7 +613,7 @@ fn list_query(form: &ListForm) -> Result<ListResponses, ApiError> {
         model: Some(form.model.trim().to_owned()),
         created_after: time("created_after", &form.created_after)?,
         created_before: time("created_before", &form.created_before)?,
-        waiting: (!form.waiting.is_empty()).then(|| "true".to_owned()),
+        waiting: (form.waiting == "true").then(|| "true".to_owned()),
     })
 }
 

@@ -49,7 +49,7 @@ impl Row {
             id: body.id.clone(),
             status: run.state.as_str().to_owned(),
             model: body.model.clone(),
-            started: chrono::DateTime::from_timestamp(body.created_at, 0)
+            started: chrono::DateTime::from_timestamp_millis(run.created_at.as_millis())
                 .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
                 .unwrap_or_default(),
             duration: run_duration(run, now),
@@ -76,11 +76,12 @@ fn item_type(item: &Item) -> Option<String> {
         .and_then(|v| v["type"].as_str().map(str::to_owned))
 }
 
-/// From its creation to its last change once it stopped or paused, or to now.
+/// From its creation to its last change once it stopped or paused, or to now (a pause's wait
+/// for its client included).
 fn run_duration(run: &StoredRun, now: UnixMillis) -> String {
     let settled = run.state.is_final() || run.state == RunState::RequiresAction;
     let end = if settled { run.updated_at } else { now };
-    seconds(end.as_millis() - run.body.created_at * 1000)
+    seconds(end.as_millis() - run.created_at.as_millis())
 }
 
 /// `2026-11-29 00:41:02 UTC`.
@@ -154,9 +155,11 @@ fn model_part(event_type: &str, item_type: Option<&str>) -> bool {
 pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
     let outputs = submitted_outputs(&inspection.input);
     let turns = turns_of(&inspection.run.transcript);
+    // Items of the turn being streamed are not in the transcript yet: they are the next turn's.
+    let pending_turn = turns.values().max().map_or(1, |last| last + 1);
     // The model turn being shown: its number, its entry, when it was asked.
     let mut turn: Option<(usize, usize, i64)> = None;
-    let mut asked_at = 0;
+    let mut asked_at = inspection.events.first().map_or(0, |e| e.created_at);
     let mut item_types: HashMap<String, String> = HashMap::new();
     let final_items: HashMap<String, Value> = inspection
         .run
@@ -189,7 +192,7 @@ pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
         if let (Some((number, index, started)), Some(id)) = (
             turn,
             data["item_id"].as_str().or(data["item"]["id"].as_str()),
-        ) && turns.get(id) == Some(&number)
+        ) && turns.get(id).copied().unwrap_or(pending_turn) == number
             && model_part(&event.event_type, item_types.get(id).map(String::as_str))
         {
             entries[index].duration = Some(seconds(event.created_at - started));
@@ -217,7 +220,12 @@ pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
                     item_types.insert(id.to_owned(), kind.to_owned());
                 }
                 // Tools listed before a turn are the service's, not the model's.
-                if let Some(&number) = turns.get(id)
+                let number = turns.get(id).copied().or_else(|| {
+                    let running = !inspection.run.state.is_final()
+                        && inspection.run.state != RunState::RequiresAction;
+                    running.then_some(pending_turn)
+                });
+                if let Some(number) = number
                     && item["type"] != "mcp_list_tools"
                     && turn.is_none_or(|(current, _, _)| current != number)
                 {
@@ -271,14 +279,11 @@ pub fn timeline(inspection: &Inspection, content: Content) -> Vec<Entry> {
             }
             "error" => {
                 let mut entry = stamp("error", "Error".into());
-                entry.fields = vec![(
-                    "Message".into(),
-                    data["error"]["message"]
-                        .as_str()
-                        .or(data["message"].as_str())
-                        .unwrap_or_default()
-                        .to_owned(),
-                )];
+                let message = data["error"]["message"]
+                    .as_str()
+                    .or(data["message"].as_str())
+                    .unwrap_or_default();
+                entry.fields = vec![("Message".into(), content.text(message))];
                 entries.push(entry);
             }
             _ => {}
