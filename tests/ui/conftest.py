@@ -9,6 +9,7 @@ are kept in UI_ARTIFACTS (default tests/ui/artifacts/).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +29,17 @@ _log_files: list[Path] = []
 
 @pytest.fixture(scope="session")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    """fake-llm and switchyard (key mode: tenant `compat`), started once on a fresh database."""
-    svc = Services(tmp_path_factory.mktemp("switchyard"))
+    """fake-llm and switchyard (key mode: tenant `compat`), started once on a fresh database, with
+    the reference MCP server `@modelcontextprotocol/server-everything` (installed by
+    tests/mcp/setup.sh, which run.sh calls) over stdio, every call of it waiting for approval."""
+    cache = Path(os.environ.get("SWITCHYARD_MCP_CACHE") or Path.home() / ".cache" / "switchyard-mcp")
+    everything = cache / "npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+    settings = {
+        "SWITCHYARD__MCP_SERVERS__EVERYTHING__COMMAND": "node",
+        "SWITCHYARD__MCP_SERVERS__EVERYTHING__ARGS": json.dumps([str(everything), "stdio"]),
+        "SWITCHYARD__MCP_SERVERS__EVERYTHING__REQUIRE_APPROVAL": "always",
+    }
+    svc = Services(tmp_path_factory.mktemp("switchyard"), settings)
     _log_files.extend(svc.logs)
     try:
         svc.start()

@@ -88,6 +88,9 @@ if (( screenshots )); then
   exit 0
 fi
 
+# The reference MCP server the approval test runs (pinned; quick once installed).
+bash "$REPO_ROOT/tests/mcp/setup.sh" > /dev/null
+
 say "$(versions playwright pytest) with ${chromium_version:-$CHROMIUM}"
 cd "$UI_DIR"
 timeout "$RUN_TIMEOUT" "$VENV/bin/python" -m pytest -W error -v "${pytest_args[@]}"

@@ -254,6 +254,34 @@ def test_an_approved_builtin_calculator_call_runs_and_its_output_is_in_the_timel
     assert (call["name"], call["output"], call["status"]) == ("calculator", "42", "completed")
 
 
+def test_an_approved_call_of_a_real_mcp_server_runs_once_and_its_output_is_in_the_timeline(
+    page: Page, services: Services, fake: FakeLLM
+) -> None:
+    # server-everything over stdio, configured with require_approval = "always".
+    fake.script(
+        tool_call_turn(("call_e", "echo", '{"message": "hello from the browser"}')),
+        text_turn("It echoed."),
+    )
+    everything = {"type": "mcp", "server_label": "everything", "allowed_tools": ["echo"]}
+    paused = api_create(services, input="Echo something.", tools=[everything])
+    response_id = paused["id"]
+    approvals = paused["required_action"]["submit_tool_outputs"]["approval_requests"]
+    assert [(a["server_label"], a["name"]) for a in approvals] == [("everything", "echo")], paused
+
+    page.goto(run_path(response_id))
+    expect(status_of(page)).to_have_text(exactly("requires_action"))
+    expect(page.locator("body")).to_contain_text("everything / echo")
+    page.get_by_role("button", name="Approve", exact=True).click()
+
+    expect(status_of(page)).to_have_text(exactly("completed"), timeout=RUN_TIMEOUT_MS)
+    expect(timeline(page)).to_contain_text("Echo: hello from the browser")
+    expect(timeline(page)).to_contain_text("It echoed.")
+    calls = [item for item in api_get(services, response_id)["output"] if item["type"] == "mcp_call"]
+    assert [(c["server_label"], c["name"], c["output"], c["status"]) for c in calls] == [
+        ("everything", "echo", "Echo: hello from the browser", "completed")
+    ]
+
+
 def test_a_denied_builtin_calculator_call_does_not_run_and_the_run_goes_on(
     page: Page, services: Services, fake: FakeLLM
 ) -> None:
