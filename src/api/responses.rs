@@ -443,12 +443,11 @@ pub async fn list(
     let query = query.unwrap_or_default();
     let ApiQuery(listing) = ApiQuery::<ListResponses>::parse(&query)?;
     let filter = run_filter(&listing, metadata_pairs(&query))?;
-    let page = ItemPage {
-        limit: page_limit(listing.limit.as_deref())?,
-        descending: true,
-        after: listing.after,
-    };
-    let (runs, has_more) = state.engine.list(&caller.tenant_id, &filter, &page).await?;
+    let limit = page_limit(listing.limit.as_deref())?;
+    let (runs, has_more) = state
+        .engine
+        .list(&caller.tenant_id, &filter, limit, listing.after.as_deref())
+        .await?;
     let data: Vec<ResponseObject> = runs.into_iter().map(|run| run.body).collect();
     Ok(Json(List {
         object: "list",

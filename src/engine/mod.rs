@@ -318,18 +318,19 @@ impl Engine {
         Ok(Inspection { run, events, input })
     }
 
-    /// A page of the tenant's responses (`GET /v1/responses`), newest first, and whether more
-    /// follow.
+    /// Up to `limit` of the tenant's responses (`GET /v1/responses`), newest first, after the
+    /// one with id `after`, and whether more follow.
     pub async fn list(
         &self,
         tenant_id: &str,
         filter: &RunFilter,
-        page: &ItemPage,
+        limit: u32,
+        after: Option<&str>,
     ) -> Result<(Vec<StoredRun>, bool), EngineError> {
         Ok(self
             .inner
             .store
-            .list_runs(tenant_id, filter, page.limit, page.after.as_deref())
+            .list_runs(tenant_id, filter, limit, after)
             .await?)
     }
 

@@ -8,8 +8,9 @@
 //!
 //! The methods are generic over the sqlx database of the backend. The `where` clause of the
 //! `RunStore` impl says what they need of it (each backend's types meet it); it is written out
-//! again on [`compare_and_set`], the one helper SQLite's batch commit shares, because Rust does
-//! not carry such bounds along with a trait (a trait alias could not stand for them).
+//! again on the helpers a backend's batch commit shares ([`compare_and_set`],
+//! [`take_conversation`], [`conversation_step`]), because Rust does not carry such bounds along
+//! with a trait (a trait alias could not stand for them).
 
 use std::future::Future;
 use std::ops::DerefMut;

@@ -34,7 +34,7 @@ use serde::Deserialize;
 use super::responses::run_filter;
 use super::state::AppState;
 use crate::auth::{AuthError, Caller};
-use crate::engine::{Inspection, ItemPage};
+use crate::engine::{EngineError, Inspection};
 use crate::error::ApiError;
 use crate::protocol::items::ToolOutput;
 use crate::protocol::request::{ListResponses, SubmitToolOutputs, SubmittedOutput, ToolApproval};
@@ -327,8 +327,8 @@ struct ListPage<'a> {
     statuses: Vec<(&'static str, bool)>,
     error: Option<String>,
     older: Option<String>,
+    /// The first page with the same filters, on a later page.
     newest: Option<String>,
-    paged: bool,
 }
 
 #[derive(Template)]
@@ -533,12 +533,13 @@ async fn list_page(
             },
         };
         let filter = run_filter(&listing, metadata)?;
-        let page = ItemPage {
-            limit: PAGE,
-            descending: true,
-            after: (!form.after.is_empty()).then(|| form.after.clone()),
-        };
-        Ok::<_, ApiError>(state.engine.list(&caller.tenant_id, &filter, &page).await?)
+        let after = Some(form.after.as_str()).filter(|id| !id.is_empty());
+        Ok::<_, ApiError>(
+            state
+                .engine
+                .list(&caller.tenant_id, &filter, PAGE, after)
+                .await?,
+        )
     };
     let (status, rows, more, error) = match listed.await {
         Ok((runs, more)) => {
@@ -563,7 +564,6 @@ async fn list_page(
         error,
         older,
         newest: (!form.after.is_empty()).then(|| list_link(&form, None)),
-        paged: !form.after.is_empty(),
     };
     Page::of(status, &page, &frame).into_response()
 }
@@ -806,26 +806,18 @@ async fn run_events(
 /// `deny` (or a `decision` button `approve:REQUEST_ID` / `deny:REQUEST_ID`).
 async fn answer(
     State(state): State<AppState>,
-    method: Method,
     headers: HeaderMap,
     Path(id): Path<String>,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Response {
-    let caller = match signed_in(&state, &headers, &method).await {
-        Ok(caller) => caller,
-        Err(response) => return response,
-    };
     let token = fields
         .iter()
         .find(|(name, _)| name == "csrf")
         .map_or("", |(_, value)| value.as_str());
-    if let Err(page) = check_form(&headers, token) {
-        return page.into_response();
-    }
-    if state.ui.read_only {
-        return Page::message(StatusCode::FORBIDDEN, "This inspector is read-only.")
-            .into_response();
-    }
+    let caller = match changer(&state, &headers, token).await {
+        Ok(caller) => caller,
+        Err(response) => return response,
+    };
     let mut submission = SubmitToolOutputs {
         tool_outputs: Vec::new(),
         tool_approvals: Vec::new(),
@@ -853,43 +845,54 @@ async fn answer(
             });
         }
     }
-    match state
+    // The run goes on without this request: its task owns it.
+    let answered = state
         .engine
         .submit_tool_outputs(&caller, &id, submission)
-        .await
-    {
-        // The run goes on without this request: its task owns it.
-        Ok(_) => Redirect::to(&format!("/ui/responses/{id}")).into_response(),
-        Err(e) => {
-            let (status, message) = refusal(e);
-            show_run(&state, &headers, &caller, &id, status, Some(message)).await
-        }
-    }
+        .await;
+    changed(&state, &headers, &caller, &id, answered).await
 }
 
 async fn cancel(
     State(state): State<AppState>,
-    method: Method,
     headers: HeaderMap,
     Path(id): Path<String>,
     Form(form): Form<TokenForm>,
 ) -> Response {
-    let caller = match signed_in(&state, &headers, &method).await {
+    let caller = match changer(&state, &headers, &form.csrf).await {
         Ok(caller) => caller,
         Err(response) => return response,
     };
-    if let Err(page) = check_form(&headers, &form.csrf) {
-        return page.into_response();
-    }
+    let cancelled = state.engine.cancel(&caller.tenant_id, &id).await;
+    changed(&state, &headers, &caller, &id, cancelled).await
+}
+
+/// Who changes a run through a form: a signed-in caller (counted against its key's rate), with
+/// this browser's token from this site, on an inspector that is not read-only.
+async fn changer(state: &AppState, headers: &HeaderMap, token: &str) -> Result<Caller, Response> {
+    let caller = signed_in(state, headers, &Method::POST).await?;
+    check_form(headers, token).map_err(IntoResponse::into_response)?;
     if state.ui.read_only {
-        return Page::message(StatusCode::FORBIDDEN, "This inspector is read-only.")
-            .into_response();
+        return Err(
+            Page::message(StatusCode::FORBIDDEN, "This inspector is read-only.").into_response(),
+        );
     }
-    match state.engine.cancel(&caller.tenant_id, &id).await {
+    Ok(caller)
+}
+
+/// After a form's change: back to the run's page, or the run's page with the API's refusal.
+async fn changed<T>(
+    state: &AppState,
+    headers: &HeaderMap,
+    caller: &Caller,
+    id: &str,
+    outcome: Result<T, EngineError>,
+) -> Response {
+    match outcome {
         Ok(_) => Redirect::to(&format!("/ui/responses/{id}")).into_response(),
         Err(e) => {
             let (status, message) = refusal(e);
-            show_run(&state, &headers, &caller, &id, status, Some(message)).await
+            show_run(state, headers, caller, id, status, Some(message)).await
         }
     }
 }

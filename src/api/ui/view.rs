@@ -65,15 +65,20 @@ impl Row {
 
 fn is_call(item: &Item) -> bool {
     matches!(
-        item_type(item).as_deref(),
-        Some("function_call" | "custom_tool_call" | "local_shell_call" | "mcp_call")
+        item,
+        Item::FunctionCall(_)
+            | Item::CustomToolCall(_)
+            | Item::LocalShellCall(_)
+            | Item::McpCall(_)
     )
 }
 
-fn item_type(item: &Item) -> Option<String> {
-    serde_json::to_value(item)
-        .ok()
-        .and_then(|v| v["type"].as_str().map(str::to_owned))
+/// A JSON value as text: a string as it is, anything else as its JSON.
+fn as_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// From its creation to its last change once it stopped or paused, or to now (a pause's wait
@@ -364,12 +369,9 @@ fn describe(entry: &mut Entry, item: &Value, outputs: &HashMap<String, String>, 
             let arguments = item
                 .get("arguments")
                 .or(item.get("input"))
-                .or(item.get("action"));
-            let arguments = match arguments {
-                Some(Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            };
+                .or(item.get("action"))
+                .map(as_text)
+                .unwrap_or_default();
             entry
                 .fields
                 .push(("Arguments".into(), content.text(&arguments)));
@@ -392,10 +394,7 @@ fn describe(entry: &mut Entry, item: &Value, outputs: &HashMap<String, String>, 
                 entry.fields.push(("Output".into(), text(&item["output"])));
             }
             if !item["error"].is_null() {
-                let error = match &item["error"] {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
+                let error = as_text(&item["error"]);
                 entry.fields.push(("Error".into(), content.text(&error)));
             }
         }
@@ -439,13 +438,7 @@ fn submitted_outputs(input: &[Item]) -> HashMap<String, String> {
                 .as_str()
                 .is_some_and(|t| t.ends_with("_call_output"))
         })
-        .filter_map(|v| {
-            let output = match &v["output"] {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            Some((v["call_id"].as_str()?.to_owned(), output))
-        })
+        .filter_map(|v| Some((v["call_id"].as_str()?.to_owned(), as_text(&v["output"]))))
         .collect()
 }
 
@@ -473,9 +466,8 @@ pub fn input_lines(input: &[Item], content: Content) -> Vec<(String, String)> {
                     .collect::<Vec<_>>()
                     .join("\n"),
                 _ => match &v["output"] {
-                    Value::String(s) => s.clone(),
                     Value::Null => v.to_string(),
-                    other => other.to_string(),
+                    output => as_text(output),
                 },
             };
             (kind, content.text(&text))
