@@ -20,7 +20,7 @@ from playwright.sync_api import sync_playwright
 
 import ui_support  # puts tests/compat/python on sys.path
 from harness import FakeLLM, Services, tail
-from ui_support import TIMEOUT_MS, UI_DIR, Watch, create_key, launch_browser, new_context, sign_in
+from ui_support import TIMEOUT_MS, UI_DIR, Watch, launch_browser, new_context, sign_in
 
 expect.set_options(timeout=TIMEOUT_MS)
 
@@ -59,7 +59,7 @@ def fake(services: Services) -> FakeLLM:
 @pytest.fixture(scope="session")
 def other_key(services: Services) -> str:
     """An API key of a second tenant, `other`, on the same service."""
-    return create_key(services, "other", "other")
+    return services.create_key("other", "other")
 
 
 @pytest.fixture(scope="session")

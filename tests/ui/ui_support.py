@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,10 +21,8 @@ if str(COMPAT_PYTHON) not in sys.path:
 
 from harness import (  # noqa: E402
     MODEL,
-    STARTUP_TIMEOUT_S,
     REPO_ROOT,
     Services,
-    binary,
     request,
     text_turn,
     tool_call_turn,
@@ -213,39 +210,6 @@ def wait_for(
 def settled(response: dict[str, Any]) -> bool:
     """Stopped for good, or paused for the client (`required_action` set)."""
     return response["status"] not in ("queued", "in_progress") or response.get("required_action") is not None
-
-
-def create_key(services: Services, tenant: str, name: str) -> str:
-    """A further API key, made as an operator makes one, against the services' database.
-
-    The environment is the one `Services.start` gives `switchyard keys create`.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHYARD__", "OPENAI_"))}
-    env.setdefault("RUST_LOG", "info")
-    port = services.base_url.rsplit(":", 1)[1]
-    env.update(
-        {
-            "SWITCHYARD__SERVER__HOST": "127.0.0.1",
-            "SWITCHYARD__SERVER__PORT": port,
-            "SWITCHYARD__DATABASE__URL": f"sqlite://{services.workdir}/s.db",
-            "SWITCHYARD__LLM__BASE_URL": f"{services.fake_url}/v1",
-            "SWITCHYARD__LLM__API_KEY": "test",
-            "SWITCHYARD__LLM__RETRIES": "0",
-            **services.settings,
-        }
-    )
-    made = subprocess.run(
-        [str(binary("SWITCHYARD_BIN", "switchyard")), "keys", "create", "--tenant", tenant, "--name", name],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        timeout=STARTUP_TIMEOUT_S,
-    )
-    if made.returncode != 0:
-        raise RuntimeError(f"switchyard keys create failed: {made.stderr.decode(errors='replace')}")
-    key = made.stdout.decode().strip()
-    assert key and "\n" not in key, f"unexpected output of keys create: {made.stdout!r}"
-    return key
 
 
 # --------------------------------------------------------------------------- screenshots

@@ -268,6 +268,8 @@ class Services:
         self.fake_url = ""
         self.base_url = ""
         self.api_key = ""
+        # The environment switchyard runs with (set by start()).
+        self.env: dict[str, str] = {}
 
     @property
     def logs(self) -> list[Path]:
@@ -319,17 +321,9 @@ class Services:
                 **self.settings,
             }
         )
+        self.env = env
         # A key of its own (SPEC §2: every /v1 request needs one), made as an operator would.
-        made = subprocess.run(
-            [str(binary("SWITCHYARD_BIN", "switchyard")), "keys", "create", "--tenant", "compat", "--name", "suite"],
-            env=env,
-            cwd=REPO_ROOT,
-            capture_output=True,
-            timeout=STARTUP_TIMEOUT_S,
-        )
-        if made.returncode != 0:
-            raise RuntimeError(f"switchyard keys create failed: {made.stderr.decode(errors='replace')}")
-        self.api_key = made.stdout.decode().strip()
+        self.api_key = self.create_key("compat", "suite")
         switchyard = self._spawn([str(binary("SWITCHYARD_BIN", "switchyard"))], self.switchyard_log, env)
         self.base_url = f"http://127.0.0.1:{port}"
         _API_KEYS[self.base_url] = self.api_key
@@ -344,6 +338,22 @@ class Services:
             if time.monotonic() > deadline:
                 raise self._failed_start("switchyard did not answer GET /readyz with 200 in time")
             time.sleep(0.05)
+
+    def create_key(self, tenant: str, name: str) -> str:
+        """An API key of `tenant`, made as an operator makes one: `switchyard keys create` with
+        the environment switchyard runs with (its database)."""
+        made = subprocess.run(
+            [str(binary("SWITCHYARD_BIN", "switchyard")), "keys", "create", "--tenant", tenant, "--name", name],
+            env=self.env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            timeout=STARTUP_TIMEOUT_S,
+        )
+        if made.returncode != 0:
+            raise RuntimeError(f"switchyard keys create failed: {made.stderr.decode(errors='replace')}")
+        key = made.stdout.decode().strip()
+        assert key and "\n" not in key, f"unexpected output of keys create: {made.stdout!r}"
+        return key
 
     def stop(self) -> None:
         for proc, _ in reversed(self._procs):
