@@ -16,6 +16,7 @@
 
 mod batch;
 mod error;
+mod frames;
 pub mod migrate;
 pub mod postgres;
 mod run_store;

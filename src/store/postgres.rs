@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::Commit;
 use super::error::{Cause, StoreError, transient_code};
+use super::frames::{Frame, frames};
 use super::migrate;
 use super::shared::{self, Affected, SqlStore, StoreBackend};
 use super::sql::{self, IndexedItem};
@@ -210,11 +211,11 @@ const WRITE_ROWS: &str = "WITH runs AS (
                     AND responses.lease_owner = $22
                 RETURNING responses.id
             ), events AS (
-                INSERT INTO response_events
-                    (response_id, sequence_number, tenant_id, event_type, data, created_at)
-                SELECT * FROM UNNEST($15::text[], $16::bigint[], $17::text[], $18::text[],
-                    $19::text[], $20::bigint[])
-                    AS e (response_id, sequence_number, tenant_id, event_type, data, created_at)
+                INSERT INTO response_event_frames
+                    (response_id, last_seq, first_seq, tenant_id, created_at, events)
+                SELECT * FROM UNNEST($15::text[], $16::bigint[], $17::bigint[], $18::text[],
+                    $19::bigint[], $20::text[])
+                    AS e (response_id, last_seq, first_seq, tenant_id, created_at, events)
                 WHERE e.response_id = ANY($1::text[])
                     OR e.response_id IN (SELECT id FROM held)
                     OR e.response_id IN (SELECT id FROM ended)
@@ -259,13 +260,14 @@ impl PostgresBackend {
         }
         let output = OutputColumns::of(&indexed);
         let closing = endings.iter().flat_map(|e| &e.events);
-        let all = EventColumns::of(
+        let frames = frames(
             new.first_events
                 .iter()
                 .copied()
                 .chain(events)
                 .chain(closing),
         );
+        let all = FrameColumns::of(&frames);
         let fenced = fenced(events, &new.ids, &ending.ids);
         let (held, ended, _announced): (Vec<String>, Vec<String>, i64) = sqlx::query_as(WRITE_ROWS)
             .bind(&new.ids)
@@ -283,11 +285,11 @@ impl PostgresBackend {
             .bind(new.item_ids)
             .bind(new.items)
             .bind(all.ids)
-            .bind(all.numbers)
+            .bind(all.lasts)
+            .bind(all.firsts)
             .bind(all.tenants)
-            .bind(all.types)
-            .bind(all.data)
             .bind(all.times)
+            .bind(all.events)
             .bind(fenced)
             .bind(holder)
             .bind(&ending.ids)
@@ -535,19 +537,20 @@ impl StoreBackend for PostgresBackend {
         if events.is_empty() {
             return Ok(());
         }
-        let columns = EventColumns::of(events.iter());
+        let frames = frames(events);
+        let columns = FrameColumns::of(&frames);
         sqlx::query(
-            "INSERT INTO response_events \
-             (response_id, sequence_number, tenant_id, event_type, data, created_at) \
-             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
-             $6::bigint[])",
+            "INSERT INTO response_event_frames \
+             (response_id, last_seq, first_seq, tenant_id, created_at, events) \
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], \
+             $5::bigint[], $6::text[])",
         )
         .bind(columns.ids)
-        .bind(columns.numbers)
+        .bind(columns.lasts)
+        .bind(columns.firsts)
         .bind(columns.tenants)
-        .bind(columns.types)
-        .bind(columns.data)
         .bind(columns.times)
+        .bind(columns.events)
         .execute(&mut *conn)
         .await?;
         Ok(())
@@ -555,7 +558,7 @@ impl StoreBackend for PostgresBackend {
 
     async fn delete_rows_of(conn: &mut PgConnection, ids: &[String]) -> Result<(), StoreError> {
         for statement in [
-            "DELETE FROM response_events WHERE response_id = ANY($1)",
+            "DELETE FROM response_event_frames WHERE response_id = ANY($1)",
             "DELETE FROM input_items WHERE response_id = ANY($1)",
             "DELETE FROM output_items WHERE response_id = ANY($1)",
         ] {
@@ -765,28 +768,28 @@ impl<'a> OutputColumns<'a> {
     }
 }
 
-/// Events as column arrays, and the runs to announce them for (each once).
+/// Frames of events as column arrays, and the runs to announce them for (each once).
 #[derive(Default)]
-struct EventColumns<'a> {
+struct FrameColumns<'a> {
     ids: Vec<&'a str>,
-    numbers: Vec<i64>,
+    lasts: Vec<i64>,
+    firsts: Vec<i64>,
     tenants: Vec<&'a str>,
-    types: Vec<&'a str>,
-    data: Vec<&'a str>,
     times: Vec<i64>,
+    events: Vec<&'a str>,
     announced: Vec<&'a str>,
 }
 
-impl<'a> EventColumns<'a> {
-    fn of(events: impl Iterator<Item = &'a EventRecord>) -> EventColumns<'a> {
-        let mut columns = EventColumns::default();
-        for event in events {
-            columns.ids.push(&*event.response_id);
-            columns.numbers.push(event.sequence_number as i64);
-            columns.tenants.push(&*event.tenant_id);
-            columns.types.push(&*event.event_type);
-            columns.data.push(&*event.data);
-            columns.times.push(event.created_at);
+impl<'a> FrameColumns<'a> {
+    fn of(frames: &'a [Frame<'a>]) -> FrameColumns<'a> {
+        let mut columns = FrameColumns::default();
+        for frame in frames {
+            columns.ids.push(frame.response_id);
+            columns.lasts.push(frame.last_seq);
+            columns.firsts.push(frame.first_seq);
+            columns.tenants.push(frame.tenant_id);
+            columns.times.push(frame.created_at);
+            columns.events.push(frame.events.as_str());
         }
         columns.announced = columns.ids.clone();
         columns.announced.sort_unstable();

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Commit};
 use super::error::{StoreError, findable};
+use super::frames;
 use super::migrate::Schema;
 use super::run_store::RunStore;
 use super::sql::{self, IndexedItem, ItemRow, RunRow};
@@ -601,13 +602,14 @@ where
         if findable(id).is_err() {
             return Ok(Vec::new());
         }
-        let rows: Vec<sql::EventRow> = sqlx::query_as(sql::EVENTS_AFTER)
+        // Each frame holds at least one event after `after`: `limit` frames hold enough.
+        let rows: Vec<frames::FrameRow> = sqlx::query_as(sql::FRAMES_AFTER)
             .bind(id)
             .bind(after.map_or(-1, |n| n as i64))
             .bind(i64::from(limit))
             .fetch_all(self.backend.readers())
             .await?;
-        Ok(sql::events(rows))
+        frames::expand(id, rows, after, limit as usize)
     }
 
     async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError> {

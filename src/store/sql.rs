@@ -6,13 +6,9 @@
 //! JSON is stored as text on both backends: exactly what `serde_json` wrote (a U+0000 in a
 //! string is the escape `\u0000`, which PostgreSQL's `jsonb` refuses).
 
-use std::borrow::Cow;
-use std::sync::Arc;
-
 use super::error::{Cause, StoreError};
 use super::state::{Guard, RunState};
 use super::types::{ApiKeyRecord, FoundItem, IdempotentRequest, Order, StoredRun, UsageRow};
-use crate::protocol::events::EventRecord;
 use crate::protocol::items::Item;
 use crate::protocol::response::ResponseObject;
 use crate::time::UnixMillis;
@@ -78,7 +74,7 @@ pub(super) const NEXT_INPUT_POSITION: &str = "SELECT r.tenant_id, \
      FROM responses r WHERE r.id = $1";
 
 pub(super) const LAST_SEQUENCE_NUMBER: &str =
-    "SELECT MAX(sequence_number) FROM response_events WHERE response_id = $1";
+    "SELECT MAX(last_seq) FROM response_event_frames WHERE response_id = $1";
 
 pub(super) const EXPIRED_RUNS: &str = concat!(
     "SELECT ",
@@ -113,9 +109,11 @@ pub(super) const RELEASE_LEASES: &str = "UPDATE responses SET lease_owner = NULL
 pub(super) const REQUEST_CANCEL: &str = "UPDATE responses SET cancel_requested_at = $1 \
      WHERE tenant_id = $2 AND id = $3 AND state = 'in_progress'";
 
-pub(super) const EVENTS_AFTER: &str = "SELECT response_id, sequence_number, tenant_id, \
-     event_type, data, created_at FROM response_events \
-     WHERE response_id = $1 AND sequence_number > $2 ORDER BY sequence_number LIMIT $3";
+/// The frames holding a run's events after `$2`: at most `$3` of them, each holding at least
+/// one of those events (see `frames.rs`).
+pub(super) const FRAMES_AFTER: &str = "SELECT tenant_id, first_seq, last_seq, created_at, events \
+     FROM response_event_frames WHERE response_id = $1 AND last_seq > $2 \
+     ORDER BY last_seq LIMIT $3";
 
 pub(super) const INPUT_ITEMS: &str = "SELECT item FROM input_items \
      WHERE tenant_id = $1 AND response_id = $2 ORDER BY position";
@@ -133,7 +131,7 @@ pub(super) const INPUT_ITEMS_AFTER: &str = "SELECT item FROM input_items \
 
 pub(super) const DELETE_RUN: &str = "DELETE FROM responses WHERE tenant_id = $1 AND id = $2";
 pub(super) const DELETE_INPUT_ITEMS: &str = "DELETE FROM input_items WHERE response_id = $1";
-pub(super) const DELETE_EVENTS: &str = "DELETE FROM response_events WHERE response_id = $1";
+pub(super) const DELETE_EVENTS: &str = "DELETE FROM response_event_frames WHERE response_id = $1";
 pub(super) const DELETE_OUTPUT_ITEMS: &str = "DELETE FROM output_items WHERE response_id = $1";
 
 /// What deleting a run also deletes, by its id: its input items, events and indexed output.
@@ -310,34 +308,6 @@ pub(super) fn runs(rows: Vec<RunRow>) -> Result<Vec<StoredRun>, StoreError> {
 
 pub(super) fn parse_state(text: &str) -> Result<RunState, StoreError> {
     RunState::parse(text).ok_or_else(|| StoreError::corrupt(format!("unknown run state {text:?}")))
-}
-
-#[derive(sqlx::FromRow)]
-pub(super) struct EventRow {
-    pub response_id: String,
-    pub tenant_id: String,
-    pub sequence_number: i64,
-    pub event_type: String,
-    pub data: String,
-    pub created_at: i64,
-}
-
-impl From<EventRow> for EventRecord {
-    fn from(row: EventRow) -> EventRecord {
-        EventRecord {
-            response_id: Arc::from(row.response_id),
-            tenant_id: Arc::from(row.tenant_id),
-            sequence_number: row.sequence_number.max(0) as u64,
-            event_type: Cow::Owned(row.event_type),
-            data: Arc::from(row.data),
-            created_at: row.created_at,
-            ends_run: false,
-        }
-    }
-}
-
-pub(super) fn events(rows: Vec<EventRow>) -> Vec<EventRecord> {
-    rows.into_iter().map(Into::into).collect()
 }
 
 #[derive(sqlx::FromRow)]

@@ -429,15 +429,15 @@ async fn runs_cancelled_through_another_replica_at_random_moments_all_end_cleanl
 // ---------------------------------------------------------------------------------------------
 // 2. A crash between a run's final state and its terminal event.
 
-/// Makes the database refuse `response.completed` events until `until` (wall clock): a
-/// trigger that ends by itself, so nothing needs the database while the service runs.
+/// Makes the database refuse frames holding a `response.completed` event until `until` (wall
+/// clock): a trigger that ends by itself, so nothing needs the database while the service runs.
 async fn refuse_completed_events_until(url: &str, until: SystemTime) {
     let secs = until.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
     let statements = if url.starts_with("sqlite") {
         let julian = secs / 86_400.0 + 2_440_587.5;
         vec![format!(
-            "CREATE TRIGGER refuse_completed BEFORE INSERT ON response_events \
-             WHEN NEW.event_type = 'response.completed' AND julianday('now') < {julian} \
+            "CREATE TRIGGER refuse_completed BEFORE INSERT ON response_event_frames \
+             WHEN NEW.events LIKE '%,\"response.completed\",%' AND julianday('now') < {julian} \
              BEGIN SELECT RAISE(ABORT, 'fault injected by the test'); END"
         )]
     } else {
@@ -447,8 +447,9 @@ async fn refuse_completed_events_until(url: &str, until: SystemTime) {
                  BEGIN IF clock_timestamp() < to_timestamp({secs}) THEN \
                  RAISE EXCEPTION 'fault injected by the test'; END IF; RETURN NEW; END $$"
             ),
-            "CREATE TRIGGER refuse_completed BEFORE INSERT ON response_events FOR EACH ROW \
-             WHEN (NEW.event_type = 'response.completed') EXECUTE FUNCTION refuse_completed()"
+            "CREATE TRIGGER refuse_completed BEFORE INSERT ON response_event_frames FOR EACH ROW \
+             WHEN (NEW.events LIKE '%,\"response.completed\",%') \
+             EXECUTE FUNCTION refuse_completed()"
                 .to_string(),
         ]
     };

@@ -325,7 +325,7 @@ async fn a_run_that_cannot_be_stored_is_a_500_and_leaves_nothing_behind() {
         let id = stored.response_id();
         let others = "SELECT COUNT(*) FROM responses WHERE id <> $1";
         assert_eq!(count_rows(url, others, &id).await, 0, "{url}");
-        let others = "SELECT COUNT(*) FROM response_events WHERE response_id <> $1";
+        let others = "SELECT COUNT(*) FROM response_event_frames WHERE response_id <> $1";
         assert_eq!(count_rows(url, others, &id).await, 0, "{url}");
     }
 }

@@ -1,7 +1,9 @@
 //! Properties of the migrated schema that no amount of data should change. On SQLite, and on
 //! PostgreSQL when `TEST_DATABASE_URL` is set.
 
-use sqlx::{Connection, Row};
+use std::str::FromStr;
+
+use sqlx::{ConnectOptions, Connection, Row};
 use switchyard::store;
 
 use crate::support::{Database, backends};
@@ -70,5 +72,123 @@ async fn instances_starting_at_once_on_a_new_postgresql_database_all_migrate_it(
     let starts = (0..8).map(|_| store::connect(&db.url, 1));
     for started in futures_util::future::join_all(starts).await {
         started.unwrap().ping().await.unwrap();
+    }
+}
+
+/// Applies the migrations up to `version` only, as the release that had no later one did.
+async fn migrate_up_to(url: &str, version: i64) {
+    let postgres = url.starts_with("postgres");
+    let folder = if postgres {
+        "migrations/postgres"
+    } else {
+        "migrations/sqlite"
+    };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
+    let mut migrator = sqlx::migrate::Migrator::new(path).await.unwrap();
+    migrator.migrations = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version <= version)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    if postgres {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        migrator.run_direct(&mut conn).await.unwrap();
+    } else {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+            .unwrap()
+            .create_if_missing(true);
+        let mut conn = options.connect().await.unwrap();
+        migrator.run_direct(&mut conn).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn events_stored_a_row_each_before_frames_read_back_the_same_after_the_migration() {
+    let stored = [
+        (
+            0_i64,
+            "response.created",
+            r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_old","note":"a \"quoted\" é\n"}}"#,
+            1_700_000_000_000_i64,
+        ),
+        (
+            1,
+            "response.output_text.delta",
+            r#"{"type":"response.output_text.delta","sequence_number":1,"delta":"Hé"}"#,
+            1_700_000_000_250,
+        ),
+        (
+            2,
+            "response.completed",
+            r#"{"type":"response.completed","sequence_number":2}"#,
+            1_700_000_000_900,
+        ),
+    ];
+    for db in backends().await {
+        let url = &db.url;
+        migrate_up_to(url, 11).await;
+        let insert = "INSERT INTO response_events \
+             (response_id, sequence_number, tenant_id, event_type, data, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)";
+        for (number, kind, data, at) in stored {
+            if url.starts_with("postgres") {
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                let query = sqlx::query(insert)
+                    .bind("resp_old")
+                    .bind(number)
+                    .bind("acme");
+                let query = query.bind(kind).bind(data).bind(at);
+                query.execute(&mut conn).await.unwrap();
+            } else {
+                let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+                let query = sqlx::query(insert)
+                    .bind("resp_old")
+                    .bind(number)
+                    .bind("acme");
+                let query = query.bind(kind).bind(data).bind(at);
+                query.execute(&mut conn).await.unwrap();
+            }
+        }
+
+        // The release with frames migrates the database as it starts.
+        let store = store::connect(url, 1).await.unwrap();
+        let read = store.events_after("resp_old", None, 10).await.unwrap();
+        let read: Vec<(u64, String, String, i64, String)> = read
+            .iter()
+            .map(|e| {
+                let kind = e.event_type.to_string();
+                let tenant = e.tenant_id.to_string();
+                (
+                    e.sequence_number,
+                    kind,
+                    e.data.to_string(),
+                    e.created_at,
+                    tenant,
+                )
+            })
+            .collect();
+        let expected: Vec<(u64, String, String, i64, String)> = stored
+            .iter()
+            .map(|(n, kind, data, at)| {
+                (
+                    *n as u64,
+                    kind.to_string(),
+                    data.to_string(),
+                    *at,
+                    "acme".into(),
+                )
+            })
+            .collect();
+        assert_eq!(read, expected, "{url}");
+        let after = store.events_after("resp_old", Some(1), 10).await.unwrap();
+        assert_eq!(after.len(), 1, "{url}");
+        assert_eq!(after[0].sequence_number, 2, "{url}");
+        assert_eq!(
+            store.last_sequence_number("resp_old").await.unwrap(),
+            Some(2),
+            "{url}"
+        );
     }
 }

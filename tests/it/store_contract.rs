@@ -137,12 +137,18 @@ async fn state(store: &dyn RunStore, id: &str) -> RunState {
 }
 
 #[tokio::test]
-async fn a_run_is_stored_with_its_input_items_and_read_back_unchanged() {
+async fn a_run_is_stored_with_its_input_items_and_first_events_and_read_back_unchanged() {
     for db in backends().await {
         let store = store::connect(&db.url, 4).await.unwrap();
         let id = ids::new(ids::RESPONSE);
-        let run = new_run(&id, 3, "a", 10);
+        let mut run = new_run(&id, 3, "a", 10);
+        run.initial_events = vec![
+            event_of(&id, 0, "response.created"),
+            event_of(&id, 1, "response.queued"),
+        ];
         store.insert_run(&run).await.unwrap();
+        let events = store.events_after(&id, None, 10).await.unwrap();
+        assert_eq!(events, run.initial_events, "{}", db.url);
         let stored = store.get_run(store::DEFAULT_TENANT, &id).await.unwrap();
         assert_eq!(stored.state, RunState::InProgress, "{}", db.url);
         assert_eq!(stored.body, run.body);
