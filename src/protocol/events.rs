@@ -273,6 +273,23 @@ impl Event {
 
     /// The JSON text of the event with its sequence number.
     pub fn to_json(&self, sequence_number: u64) -> String {
+        if let Event::OutputTextDelta {
+            item_id,
+            output_index,
+            content_index,
+            delta,
+            logprobs,
+        } = self
+            && logprobs.is_empty()
+        {
+            return text_delta_json(
+                item_id,
+                *output_index,
+                *content_index,
+                delta,
+                sequence_number,
+            );
+        }
         // Serialising these plain data types cannot fail; fall back to a valid error event.
         serde_json::to_string(&Sequenced {
             event: self,
@@ -285,6 +302,32 @@ impl Event {
             )
         })
     }
+}
+
+/// A text delta's JSON, written directly: the same text serde writes for the event (a test
+/// compares them), at a third of its cost. Half of a text run's events are deltas.
+fn text_delta_json(
+    item_id: &str,
+    output_index: usize,
+    content_index: usize,
+    delta: &str,
+    sequence_number: u64,
+) -> String {
+    let mut out = Vec::with_capacity(150 + item_id.len() + delta.len());
+    out.extend_from_slice(br#"{"type":"response.output_text.delta","item_id":"#);
+    // Writing JSON strings into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, item_id);
+    out.extend_from_slice(br#","output_index":"#);
+    out.extend_from_slice(itoa::Buffer::new().format(output_index).as_bytes());
+    out.extend_from_slice(br#","content_index":"#);
+    out.extend_from_slice(itoa::Buffer::new().format(content_index).as_bytes());
+    out.extend_from_slice(br#","delta":"#);
+    let _ = serde_json::to_writer(&mut out, delta);
+    out.extend_from_slice(br#","logprobs":[],"sequence_number":"#);
+    out.extend_from_slice(itoa::Buffer::new().format(sequence_number).as_bytes());
+    out.push(b'}');
+    // Only UTF-8 was written: the ASCII above and serde_json's strings.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// An event as a stream sends it (the JSON of an SSE `data:` line, of a WebSocket message)
@@ -322,4 +365,35 @@ pub fn is_terminal(kind: &str) -> bool {
         kind,
         "response.completed" | "response.failed" | "response.incomplete"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_delta_written_directly_is_the_text_serde_writes() {
+        for (item_id, delta) in [
+            ("msg_0", "Hello"),
+            (
+                "msg_\"x\"",
+                "a \"quote\", a \\ and a\nnewline\t\u{0}\u{1f} é 😀 </script>",
+            ),
+            ("msg_1", ""),
+        ] {
+            let event = Event::OutputTextDelta {
+                item_id: item_id.into(),
+                output_index: 12,
+                content_index: 3,
+                delta: delta.into(),
+                logprobs: Vec::new(),
+            };
+            let serde = serde_json::to_string(&Sequenced {
+                event: &event,
+                sequence_number: 4_000_000_007,
+            })
+            .unwrap();
+            assert_eq!(event.to_json(4_000_000_007), serde);
+        }
+    }
 }
