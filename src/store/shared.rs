@@ -40,6 +40,9 @@ use crate::protocol::response::ResponseObject;
 use crate::protocol::transcript::Entry;
 use crate::time::UnixMillis;
 
+/// Frames of a run's log read per query when reading its events (see `events_after`).
+const FRAMES_PER_READ: usize = 64;
+
 /// A store on one backend (`SqliteStore`, `PostgresStore`).
 pub struct SqlStore<B> {
     pub(super) backend: B,
@@ -602,14 +605,27 @@ where
         if findable(id).is_err() {
             return Ok(Vec::new());
         }
-        // Each frame holds at least one event after `after`: `limit` frames hold enough.
-        let rows: Vec<frames::FrameRow> = sqlx::query_as(sql::FRAMES_AFTER)
-            .bind(id)
-            .bind(after.map_or(-1, |n| n as i64))
-            .bind(i64::from(limit))
-            .fetch_all(self.backend.readers())
-            .await?;
-        frames::expand(id, rows, after, limit as usize)
+        // Frames are read a few at a time until they hold `limit` events: each holds at least
+        // one event after the cursor, often dozens, so reading `limit` of them at once would
+        // read (and decode) many times what is asked for.
+        let limit = limit as usize;
+        let per_read = limit.clamp(1, FRAMES_PER_READ);
+        let mut events = Vec::new();
+        let mut cursor = after;
+        loop {
+            let rows: Vec<frames::FrameRow> = sqlx::query_as(sql::FRAMES_AFTER)
+                .bind(id)
+                .bind(cursor.map_or(-1, |n| n as i64))
+                .bind(per_read as i64)
+                .fetch_all(self.backend.readers())
+                .await?;
+            let (read, last) = (rows.len(), rows.last().map(|r| r.last_seq.max(0) as u64));
+            events.extend(frames::expand(id, rows, cursor, limit - events.len())?);
+            if events.len() >= limit || read < per_read {
+                return Ok(events);
+            }
+            cursor = last;
+        }
     }
 
     async fn last_sequence_number(&self, id: &str) -> Result<Option<u64>, StoreError> {

@@ -414,6 +414,27 @@ async fn events_are_appended_in_batches_and_read_in_order_after_any_point() {
         );
         assert_eq!(store.last_sequence_number(&id).await.unwrap(), Some(1499));
         assert_eq!(store.last_sequence_number("resp_none").await.unwrap(), None);
+
+        // Then 200 batches of three events (a frame each, stored): read across many frames,
+        // from inside one, up to a limit that ends inside another.
+        for b in 0..200 {
+            let events: Vec<EventRecord> = (0..3).map(|i| event(&id, 1500 + b * 3 + i)).collect();
+            let outcome = store.write_batch(&batch("a", &[], &events, &[])).await;
+            assert!(outcome.lost.is_empty(), "{}: {:?}", db.url, outcome.lost);
+        }
+        let numbers = |events: Vec<EventRecord>| -> Vec<u64> {
+            events.iter().map(|e| e.sequence_number).collect()
+        };
+        let read = store.events_after(&id, Some(1600), 400).await.unwrap();
+        assert_eq!(
+            numbers(read),
+            (1601..2001).collect::<Vec<_>>(),
+            "{}",
+            db.url
+        );
+        let all = store.events_after(&id, None, 5000).await.unwrap();
+        assert_eq!(numbers(all), (0..2100).collect::<Vec<_>>(), "{}", db.url);
+        assert_eq!(store.last_sequence_number(&id).await.unwrap(), Some(2099));
     }
 }
 
