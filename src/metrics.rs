@@ -47,7 +47,7 @@ const LONG: &[f64] = &[
 const COMMIT: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
-/// Rows per commit.
+/// Events, new runs and endings per commit.
 const BATCH: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
 ];
@@ -198,7 +198,7 @@ fn describe() {
     );
     describe_histogram!(
         WRITER_BATCH,
-        "Rows (events, new runs, endings) per event-writer commit"
+        "Events, new runs and endings per event-writer commit"
     );
     describe_histogram!(WRITER_COMMIT, Unit::Seconds, "Event-writer commit latency");
     describe_counter!(TOKENS, "Tokens used, by model and kind (input, output)");
