@@ -478,9 +478,10 @@ impl SqliteBackend {
 
 #[async_trait]
 impl Commit for SqliteBackend {
-    /// The batch as a transaction: new runs, events (fenced), then the endings'
-    /// compare-and-sets one by one, each with its closing events. Each statement is a round
-    /// trip to the connection's worker thread, not over a network.
+    /// The batch as a transaction: new runs, the endings' compare-and-sets one by one, then
+    /// in one statement the frames of new runs' first events, the events of held runs (fenced)
+    /// and the closing events of the endings that applied. Each statement is a round trip to
+    /// the connection's worker thread, not over a network.
     async fn commit(&self, batch: &WriteBatch<'_>) -> Result<BatchOutcome, StoreError> {
         let mut conn = self.writer().await?;
         let closing = batch.endings.iter().flat_map(|e| &e.events);

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use sqlx::{ConnectOptions, Connection, Row};
 use switchyard::store;
 
-use crate::support::{Database, backends};
+use crate::support::{Database, backends, run_sql};
 
 /// The store's statements that find one run by its tenant and id.
 const LOOKUPS_BY_ID: [&str; 2] = [
@@ -129,28 +129,19 @@ async fn events_stored_a_row_each_before_frames_read_back_the_same_after_the_mig
     for db in backends().await {
         let url = &db.url;
         migrate_up_to(url, 11).await;
-        let insert = "INSERT INTO response_events \
-             (response_id, sequence_number, tenant_id, event_type, data, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)";
-        for (number, kind, data, at) in stored {
-            if url.starts_with("postgres") {
-                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-                let query = sqlx::query(insert)
-                    .bind("resp_old")
-                    .bind(number)
-                    .bind("acme");
-                let query = query.bind(kind).bind(data).bind(at);
-                query.execute(&mut conn).await.unwrap();
-            } else {
-                let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
-                let query = sqlx::query(insert)
-                    .bind("resp_old")
-                    .bind(number)
-                    .bind("acme");
-                let query = query.bind(kind).bind(data).bind(at);
-                query.execute(&mut conn).await.unwrap();
-            }
-        }
+        let rows: Vec<String> = stored
+            .iter()
+            .map(|(number, kind, data, at)| {
+                let data = data.replace('\'', "''");
+                format!("('resp_old', {number}, 'acme', '{kind}', '{data}', {at})")
+            })
+            .collect();
+        let insert = format!(
+            "INSERT INTO response_events \
+             (response_id, sequence_number, tenant_id, event_type, data, created_at) VALUES {}",
+            rows.join(", ")
+        );
+        run_sql(url, &[insert]).await;
 
         // The release with frames migrates the database as it starts.
         let store = store::connect(url, 1).await.unwrap();
