@@ -7,13 +7,13 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use tokio::sync::oneshot;
 
-use super::emitter::record;
+use super::emitter::record_lifecycle;
 use super::launch::{Launch, Prepared, announced};
 use super::replay::ResolvedInput;
 use super::run::{Admission, Decision};
 use super::{Engine, EngineError, EventStream, SocketMemory, StartedRun, events, pause};
 use crate::auth::Caller;
-use crate::protocol::events::Event;
+use crate::protocol::events::Lifecycle;
 use crate::protocol::field::FieldError;
 use crate::protocol::ids;
 use crate::protocol::items::Item;
@@ -119,6 +119,7 @@ impl Engine {
             admission: None,
             cancel_requested: false,
             key_id: caller.key_id().map(str::to_string),
+            body_json: None,
         };
         self.check_concurrency(caller)?;
         self.start_new(prepared, launch, input, idempotency).await
@@ -206,10 +207,13 @@ impl Engine {
     ) -> Result<StartedRun, EngineError> {
         let now = UnixMillis::now();
         let tenant_id = launch.tenant_id.clone();
+        // Serialised once for the row and the run's first events.
+        launch.body_json = serde_json::to_string(&launch.body).ok().map(Arc::from);
         let run = NewRun {
             tenant_id: tenant_id.clone(),
             state: RunState::InProgress,
             body: launch.body.clone(),
+            body_json: launch.body_json.clone(),
             input_items: input,
             lease: Some(self.lease(now)),
             now,
@@ -268,24 +272,21 @@ impl Engine {
         body.status = ResponseStatus::Queued;
         let response_id: Arc<str> = Arc::from(body.id.as_str());
         let tenant: Arc<str> = Arc::from(tenant_id);
-        let created = Event::Created {
-            response: Box::new(body.clone()),
-        };
-        let queued = Event::Queued {
-            response: Box::new(body.clone()),
-        };
+        // The row and both events carry the body: serialised once.
+        let json = serde_json::to_string(&body).ok().map(Arc::<str>::from);
+        let first =
+            |kind, n| record_lifecycle(kind, &body, json.as_deref(), &response_id, &tenant, n);
+        // With the run: a claimer anywhere continues the log after them.
+        let initial_events = vec![first(Lifecycle::Created, 0), first(Lifecycle::Queued, 1)];
         let run = NewRun {
             tenant_id: tenant_id.to_string(),
             state: RunState::Queued,
             body: body.clone(),
+            body_json: json.clone(),
             input_items: input,
             lease: None,
             now: UnixMillis::now(),
-            // With the run: a claimer anywhere continues the log after them.
-            initial_events: vec![
-                record(&created, &response_id, &tenant, 0),
-                record(&queued, &response_id, &tenant, 1),
-            ],
+            initial_events,
             idempotency,
             key_id: caller.key_id().map(str::to_string),
         };

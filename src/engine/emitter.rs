@@ -4,7 +4,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::hub::EventHub;
-use crate::protocol::events::{Event, EventRecord};
+use crate::protocol::events::{Event, EventRecord, Lifecycle};
+use crate::protocol::response::ResponseObject;
 use crate::store::{RunEnding, StoreError};
 use crate::time::UnixMillis;
 
@@ -23,6 +24,41 @@ pub(crate) fn record(
         data: Arc::from(event.to_json(sequence_number)),
         created_at: UnixMillis::now().as_millis(),
         ends_run: event.ends_run(),
+    }
+}
+
+/// A lifecycle event of `response` numbered `sequence_number`, written around `json`, the
+/// response's JSON text serialised once for every event and row that carries it.
+/// (`None`: it could not be serialised, and the event says so).
+pub(crate) fn record_lifecycle(
+    kind: Lifecycle,
+    response: &ResponseObject,
+    json: Option<&str>,
+    response_id: &Arc<str>,
+    tenant_id: &Arc<str>,
+    sequence_number: u64,
+) -> EventRecord {
+    let data = match json {
+        Some(json) => {
+            debug_assert_eq!(
+                serde_json::to_string(response).ok().as_deref(),
+                Some(json),
+                "the JSON text of another response"
+            );
+            kind.to_json(json, sequence_number)
+        }
+        None => kind
+            .event(Box::new(response.clone()))
+            .to_json(sequence_number),
+    };
+    EventRecord {
+        response_id: response_id.clone(),
+        tenant_id: tenant_id.clone(),
+        sequence_number,
+        event_type: Cow::Borrowed(kind.kind()),
+        data: Arc::from(data),
+        created_at: UnixMillis::now().as_millis(),
+        ends_run: kind.ends_run(response),
     }
 }
 
@@ -55,11 +91,15 @@ impl EventEmitter {
     /// the future holds only the record, not the event: it is part of every await in the run
     /// loop, and its size is paid by every open run.
     pub fn emit(&mut self, event: Event) -> impl Future<Output = u64> + Send + '_ {
-        let record = Arc::new(self.record(&event));
-        let hub = &self.hub;
+        let record = self.record(&event);
+        self.send(record)
+    }
+
+    fn send(&self, record: EventRecord) -> impl Future<Output = u64> + Send + '_ {
+        let record = Arc::new(record);
         async move {
             let sequence_number = record.sequence_number;
-            hub.send(record).await;
+            self.hub.send(record).await;
             sequence_number
         }
     }
@@ -70,6 +110,38 @@ impl EventEmitter {
         let sequence_number = self.next_sequence;
         self.next_sequence += 1;
         record(event, &self.response_id, &self.tenant_id, sequence_number)
+    }
+
+    /// Sends a lifecycle event of `response`, whose JSON text is `json` (see
+    /// [`record_lifecycle`]); returns its sequence number.
+    pub fn emit_lifecycle(
+        &mut self,
+        kind: Lifecycle,
+        response: &ResponseObject,
+        json: Option<&str>,
+    ) -> impl Future<Output = u64> + Send + '_ {
+        let record = self.record_lifecycle(kind, response, json);
+        self.send(record)
+    }
+
+    /// Numbers a lifecycle event of `response` without sending it (see
+    /// [`record_lifecycle`]).
+    pub fn record_lifecycle(
+        &mut self,
+        kind: Lifecycle,
+        response: &ResponseObject,
+        json: Option<&str>,
+    ) -> EventRecord {
+        let sequence_number = self.next_sequence;
+        self.next_sequence += 1;
+        record_lifecycle(
+            kind,
+            response,
+            json,
+            &self.response_id,
+            &self.tenant_id,
+            sequence_number,
+        )
     }
 
     /// The sequence number the next event gets.

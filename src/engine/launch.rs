@@ -71,6 +71,8 @@ pub(super) struct Launch {
     pub cancel_requested: bool,
     /// The API key that created it.
     pub key_id: Option<String>,
+    /// A new run's body as its insert serialised it.
+    pub body_json: Option<Arc<str>>,
 }
 
 /// What a stored run needs to continue: its request as prepared at creation, its chain, and
@@ -310,6 +312,7 @@ impl Engine {
             admission: None,
             cancel_requested: run.cancel_requested,
             key_id: run.key_id,
+            body_json: None,
         };
         self.launch(loaded.prepared, launch)
     }
@@ -426,6 +429,7 @@ impl Engine {
                 listings: prepared.listings,
                 admission: launch.admission,
                 awaiting_first_token: None,
+                body_json: launch.body_json,
             },
             done: Some(done),
         }

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use super::emitter::record;
+use super::emitter::{record, record_lifecycle};
 use super::error::UpstreamFailure;
-use crate::protocol::events::{ErrorDetail, Event, EventRecord};
+use crate::protocol::events::{ErrorDetail, Event, EventRecord, Lifecycle};
 use crate::protocol::items::{Item, ItemStatus};
 use crate::protocol::response::{
     IncompleteDetails, PendingWork, RequiredAction, ResponseError, ResponseObject, ResponseStatus,
@@ -68,8 +68,10 @@ pub(crate) struct Conclusion {
     pub to: RunState,
     /// Until when a paused run waits.
     pub expires_at: Option<UnixMillis>,
-    /// The closing events, in order.
+    /// The events before the closing one (an `error`), in order.
     pub events: Vec<Event>,
+    /// The closing event, carrying the body as concluded.
+    pub closing: Lifecycle,
 }
 
 impl Ending {
@@ -139,17 +141,17 @@ impl Ending {
             }
             _ => {}
         }
-        let response = Box::new(body.clone());
-        events.push(match to {
-            RunState::Completed | RunState::RequiresAction => Event::Completed { response },
-            RunState::Incomplete | RunState::Expired => Event::Incomplete { response },
+        let closing = match to {
+            RunState::Completed | RunState::RequiresAction => Lifecycle::Completed,
+            RunState::Incomplete | RunState::Expired => Lifecycle::Incomplete,
             // The standard has no cancelled event: `response.failed` with status cancelled.
-            _ => Event::Failed { response },
-        });
+            _ => Lifecycle::Failed,
+        };
         Some(Conclusion {
             to,
             expires_at,
             events,
+            closing,
         })
     }
 
@@ -229,11 +231,25 @@ pub(crate) async fn end_stored(
     let (response_id, tenant_id): (Arc<str>, Arc<str>) =
         (Arc::from(id.as_str()), Arc::from(run.tenant_id));
     let events = &conclusion.events;
+    let body: &ResponseObject = run.body;
+    let json = serde_json::to_string(body).ok();
     let closing = move |next: u64| -> Vec<EventRecord> {
-        (next..)
+        let mut records: Vec<EventRecord> = (next..)
             .zip(events)
             .map(|(n, event)| record(event, &response_id, &tenant_id, n))
-            .collect()
+            .collect();
+        let n = next + records.len() as u64;
+        let kind = conclusion.closing;
+        let json = json.as_deref();
+        records.push(record_lifecycle(
+            kind,
+            body,
+            json,
+            &response_id,
+            &tenant_id,
+            n,
+        ));
+        records
     };
     let change = Change {
         body: Some(run.body),
@@ -329,7 +345,8 @@ mod tests {
             assert_eq!(concluded.to, state, "{ending:?}");
             let wire = serde_json::to_value(body.status).unwrap();
             assert_eq!(wire, status, "{ending:?}");
-            let kinds: Vec<&str> = concluded.events.iter().map(Event::kind).collect();
+            let mut kinds: Vec<&str> = concluded.events.iter().map(Event::kind).collect();
+            kinds.push(concluded.closing.kind());
             assert_eq!(kinds, events, "{ending:?}");
             assert_eq!(
                 body.output[0].clone().status_mut().clone(),
@@ -344,9 +361,8 @@ mod tests {
                 matches!(state, RunState::Completed | RunState::RequiresAction)
             );
             // Only the final ending of a run says so to its readers.
-            let last = concluded.events.last().unwrap();
             assert_eq!(
-                last.ends_run(),
+                concluded.closing.ends_run(&body),
                 state != RunState::RequiresAction,
                 "{ending:?}"
             );

@@ -16,7 +16,8 @@ impl SseDecoder {
     /// where they lie; only a line split across reads is copied.
     pub fn feed(&mut self, mut bytes: &[u8]) -> Vec<String> {
         let mut out = Vec::new();
-        while let Some(end) = bytes.iter().position(|&b| b == b'\n') {
+        // memchr scans a word at a time; a text run's chunks are read through here.
+        while let Some(end) = memchr::memchr(b'\n', bytes) {
             let (piece, rest) = (&bytes[..end], &bytes[end + 1..]);
             bytes = rest;
             if self.line.is_empty() {
@@ -54,7 +55,7 @@ impl SseDecoder {
         if line[0] == b':' {
             return;
         }
-        let (field, value) = match line.iter().position(|&b| b == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let value = &line[i + 1..];
                 (&line[..i], value.strip_prefix(b" ").unwrap_or(value))

@@ -88,7 +88,7 @@ fn push_json_string(out: &mut String, text: &str) {
 pub(super) fn frames<'a>(events: impl IntoIterator<Item = &'a EventRecord>) -> Vec<Frame<'a>> {
     let mut frames: Vec<Frame<'a>> = Vec::new();
     // The frame each run's latest event went into.
-    let mut open: HashMap<&'a str, usize> = HashMap::new();
+    let mut open: HashMap<&'a str, usize, foldhash::fast::RandomState> = HashMap::default();
     for event in events {
         let id: &'a str = &event.response_id;
         match open.get(id) {

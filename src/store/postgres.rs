@@ -702,7 +702,9 @@ impl<'a> RunColumns<'a> {
                 .owners
                 .push(run.lease.as_ref().map(|l| l.holder.as_str()));
             columns.leases.push(run.lease.as_ref().map(|l| l.until));
-            columns.bodies.push(sql::to_json(&run.body)?);
+            columns
+                .bodies
+                .push(sql::body_json(&run.body, run.body_json.as_deref())?);
             columns.keys.push(run.key_id.as_deref());
             for (position, item) in (0..).zip(&run.input_items) {
                 columns.item_runs.push(run.body.id.as_str());
@@ -818,7 +820,9 @@ impl<'a> EndingColumns<'a> {
             let t = ending.transition;
             columns.ids.push(&ending.id);
             columns.states.push(t.to().as_str());
-            columns.bodies.push(sql::to_json(&ending.body)?);
+            columns
+                .bodies
+                .push(sql::body_json(&ending.body, ending.body_json.as_deref())?);
             columns.transcripts.push(sql::to_json(&ending.transcript)?);
             columns.expires.push(ending.expires_at);
             columns

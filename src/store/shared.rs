@@ -300,7 +300,10 @@ where
         LeaseAfter::Caller => (Some(change.caller), Some(change.lease_until)),
         LeaseAfter::Nobody => (None, None),
     };
-    let body = change.body.map(sql::to_json).transpose()?;
+    let body = change
+        .body
+        .map(|body| sql::body_json(body, change.body_json))
+        .transpose()?;
     let transcript = change.transcript.map(|t| sql::to_json(&t)).transpose()?;
     let updated = sqlx::query(sql::COMPARE_AND_SET)
         .bind(t.to().as_str())

@@ -336,6 +336,22 @@ impl From<IdempotencyRow> for IdempotentRequest {
     }
 }
 
+/// A run's body as stored: the JSON text its caller serialised already (for the events that
+/// carry it), else serialised here.
+pub(super) fn body_json(body: &ResponseObject, json: Option<&str>) -> Result<String, StoreError> {
+    match json {
+        Some(json) => {
+            debug_assert_eq!(
+                to_json(body).ok().as_deref(),
+                Some(json),
+                "another body's text"
+            );
+            Ok(json.to_string())
+        }
+        None => to_json(body),
+    }
+}
+
 /// JSON text for a column.
 pub(super) fn to_json(value: &(impl serde::Serialize + ?Sized)) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| {

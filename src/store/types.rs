@@ -36,6 +36,9 @@ pub struct NewRun {
     /// `queued` (held by nobody) or `in_progress` (held by the inserting instance).
     pub state: RunState,
     pub body: ResponseObject,
+    /// The body's JSON text when its creator serialised it already (for the run's first
+    /// events); the store serialises the body otherwise.
+    pub body_json: Option<Arc<str>>,
     pub input_items: Vec<Item>,
     pub lease: Option<Lease>,
     pub now: UnixMillis,
@@ -88,6 +91,8 @@ pub struct Change<'a> {
     pub lease_until: UnixMillis,
     /// The run's body from now on (`None`: unchanged).
     pub body: Option<&'a ResponseObject>,
+    /// The body's JSON text when the caller serialised it already.
+    pub body_json: Option<&'a str>,
     /// Its transcript from now on (`None`: unchanged).
     pub transcript: Option<&'a [Entry]>,
     /// Until when a `requires_action` run waits.
@@ -108,6 +113,7 @@ impl<'a> Change<'a> {
             now: UnixMillis::now(),
             lease_until: UnixMillis::now(),
             body: None,
+            body_json: None,
             transcript: None,
             expires_at: None,
             append_input: &[],
@@ -148,6 +154,9 @@ pub struct RunEnding {
     /// From `in_progress`, under the writer's lease.
     pub transition: Transition,
     pub body: ResponseObject,
+    /// The body's JSON text, serialised once for the closing event and the row (`None`: it
+    /// could not be, and the store says why).
+    pub body_json: Option<String>,
     pub transcript: Vec<Entry>,
     /// Until when a `requires_action` run waits.
     pub expires_at: Option<UnixMillis>,

@@ -147,6 +147,7 @@ async fn a_run_left_in_progress_by_a_crashed_instance_is_taken_over_and_complete
                 tenant_id: store::DEFAULT_TENANT.into(),
                 state: RunState::InProgress,
                 body: body.clone(),
+                body_json: None,
                 input_items: vec![],
                 lease: Some(store::Lease {
                     holder: "crashed-instance".into(),

@@ -59,6 +59,7 @@ fn new_run(id: &str, items: usize, holder: &str, until: i64) -> NewRun {
         tenant_id: store::DEFAULT_TENANT.into(),
         state: RunState::InProgress,
         body: body(id),
+        body_json: None,
         input_items: (0..items).map(|i| message(&format!("m{i}"))).collect(),
         lease: Some(Lease {
             holder: holder.into(),
@@ -110,6 +111,7 @@ fn ending(id: &str, to: RunState, first: u64, closing: usize) -> RunEnding {
         tenant_id: store::DEFAULT_TENANT.into(),
         transition: Transition::ending(to).unwrap(),
         body: done,
+        body_json: None,
         transcript: vec![Entry::Item(message("answer"))],
         expires_at: None,
         now: at(2_000),

@@ -22,7 +22,7 @@ use super::usage::UsageMeter;
 use super::{RunEnd, RunOutcome};
 use crate::config::ToolErrorPolicy;
 use crate::llm::{FinishReason, LlmClient, LlmError, ModelRequest};
-use crate::protocol::events::Event;
+use crate::protocol::events::{EventRecord, Lifecycle};
 use crate::protocol::ids;
 use crate::protocol::items::Item;
 use crate::protocol::request::CreateResponse;
@@ -134,6 +134,8 @@ pub(super) struct Start {
     pub admission: Option<Admission>,
     /// When this execution began, until the model streams its first text or call.
     pub awaiting_first_token: Option<Instant>,
+    /// The body's JSON text as a new run's insert stored it (its first events carry it).
+    pub body_json: Option<Arc<str>>,
 }
 
 pub(super) struct RunTask {
@@ -187,12 +189,18 @@ impl RunTask {
         self.start.awaiting_first_token = Some(started);
         tracing::info!(model = %self.out.body.model, resumed = self.start.resumed, "run started");
         crate::metrics::run_started(self.start.resumed);
+        // Both events carry the body as inserted: its JSON text, serialised once.
+        let json = match self.start.body_json.take() {
+            Some(json) => Some(json),
+            None => serde_json::to_string(&self.out.body).ok().map(Arc::from),
+        };
+        let (emitter, body, json) = (&mut self.out.emitter, &self.out.body, json.as_deref());
         if !self.start.resumed {
-            let response = Box::new(self.out.body.clone());
-            self.out.emitter.emit(Event::Created { response }).await;
+            emitter.emit_lifecycle(Lifecycle::Created, body, json).await;
         }
-        let response = Box::new(self.out.body.clone());
-        self.out.emitter.emit(Event::InProgress { response }).await;
+        emitter
+            .emit_lifecycle(Lifecycle::InProgress, body, json)
+            .await;
         for listing in std::mem::take(&mut self.start.listings) {
             Box::pin(self.out.list_tools(listing)).await;
         }
@@ -473,16 +481,25 @@ impl RunTask {
             let code = shown.code.unwrap_or_default();
             tracing::warn!(code, error = %shown.message, "run failed");
         }
-        let events = conclusion
+        let mut events: Vec<EventRecord> = conclusion
             .events
             .iter()
             .map(|event| self.out.emitter.record(event))
             .collect();
+        // The closing event and the row carry the same body: serialised once.
+        let body_json = serde_json::to_string(&self.out.body).ok();
+        let (kind, body) = (conclusion.closing, &self.out.body);
+        let closing = self
+            .out
+            .emitter
+            .record_lifecycle(kind, body, body_json.as_deref());
+        events.push(closing);
         let run_ending = RunEnding {
             id: self.out.body.id.clone(),
             tenant_id: self.place.tenant_id.clone(),
             transition,
             body: self.out.body.clone(),
+            body_json,
             // The run's last use of its transcript.
             transcript: std::mem::take(&mut self.out.transcript),
             expires_at: conclusion.expires_at,
