@@ -31,7 +31,9 @@ impl Engine {
         request: CreateResponse,
         idempotency: Option<IdempotencyKey>,
     ) -> Result<StartedRun, EngineError> {
-        self.create_in(caller, request, idempotency, None).await
+        // Boxed: the request's future is large, and the handler's future around it is moved
+        // as it is served (measured: 10,000 instructions of copying a text run).
+        Box::pin(self.create_in(caller, request, idempotency, None)).await
     }
 
     /// Creates a response on a WebSocket connection, which remembers its most recent
