@@ -391,32 +391,31 @@ fn text_delta_json(
     delta: &str,
     sequence_number: u64,
 ) -> String {
-    let mut out = Vec::with_capacity(150 + item_id.len() + delta.len());
-    out.extend_from_slice(br#"{"type":"response.output_text.delta","item_id":"#);
-    json_string(&mut out, item_id);
-    out.extend_from_slice(br#","output_index":"#);
-    out.extend_from_slice(itoa::Buffer::new().format(output_index).as_bytes());
-    out.extend_from_slice(br#","content_index":"#);
-    out.extend_from_slice(itoa::Buffer::new().format(content_index).as_bytes());
-    out.extend_from_slice(br#","delta":"#);
-    json_string(&mut out, delta);
-    out.extend_from_slice(br#","logprobs":[],"sequence_number":"#);
-    out.extend_from_slice(itoa::Buffer::new().format(sequence_number).as_bytes());
-    out.push(b'}');
-    // Only UTF-8 was written: the ASCII above and serde_json's strings.
-    String::from_utf8(out).unwrap_or_default()
+    let mut out = String::with_capacity(150 + item_id.len() + delta.len());
+    out.push_str(r#"{"type":"response.output_text.delta","item_id":"#);
+    push_json_string(&mut out, item_id);
+    out.push_str(r#","output_index":"#);
+    out.push_str(itoa::Buffer::new().format(output_index));
+    out.push_str(r#","content_index":"#);
+    out.push_str(itoa::Buffer::new().format(content_index));
+    out.push_str(r#","delta":"#);
+    push_json_string(&mut out, delta);
+    out.push_str(r#","logprobs":[],"sequence_number":"#);
+    out.push_str(itoa::Buffer::new().format(sequence_number));
+    out.push('}');
+    out
 }
 
-/// A JSON string as serde writes it: copied as it is when nothing in it is escaped (most text),
-/// else written by serde (a quarter of the cost for a short text).
-fn json_string(out: &mut Vec<u8>, text: &str) {
+/// Appends `text` as a JSON string, as serde writes it: copied as it is when nothing in it is
+/// escaped (most text), else written by serde.
+pub(crate) fn push_json_string(out: &mut String, text: &str) {
     if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
     } else {
-        // Writing a JSON string into a Vec cannot fail.
-        let _ = serde_json::to_writer(out, text);
+        // Serialising a string cannot fail.
+        out.push_str(&serde_json::to_string(text).unwrap_or_default());
     }
 }
 

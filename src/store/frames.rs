@@ -23,7 +23,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 
 use super::error::StoreError;
-use crate::protocol::events::EventRecord;
+use crate::protocol::events::{EventRecord, push_json_string};
 
 /// A run's consecutive events, ready to be inserted as one row.
 pub(super) struct Frame<'a> {
@@ -69,17 +69,6 @@ impl<'a> Frame<'a> {
         out.push(',');
         out.push_str(&event.data);
         out.push(']');
-    }
-}
-
-fn push_json_string(out: &mut String, text: &str) {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push('"');
-        out.push_str(text);
-        out.push('"');
-    } else {
-        // Writing into a String cannot fail.
-        out.push_str(&serde_json::Value::from(text).to_string());
     }
 }
 
