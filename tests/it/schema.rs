@@ -183,3 +183,32 @@ async fn events_stored_a_row_each_before_frames_read_back_the_same_after_the_mig
         );
     }
 }
+
+#[tokio::test]
+async fn on_postgresql_the_stored_json_is_compressed_with_lz4_when_the_server_has_it() {
+    let Some(db) = Database::postgres().await else {
+        return;
+    };
+    store::connect(&db.url, 1).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    // A server built without lz4 answers `compression method lz4 not supported` here, and
+    // migration 13 leaves its columns as they were.
+    let has_lz4 = sqlx::query("SET default_toast_compression = lz4")
+        .execute(&mut conn)
+        .await
+        .is_ok();
+    let columns: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, a.attname::text, a.attcompression::text \
+         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+         WHERE c.relname IN ('response_event_frames', 'responses', 'input_items', 'output_items') \
+         AND a.attname IN ('events', 'body', 'transcript', 'item') ORDER BY 1, 2",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(columns.len(), 5, "{columns:?}");
+    let expected = if has_lz4 { "l" } else { "" };
+    for (table, column, compression) in &columns {
+        assert_eq!(compression, expected, "{table}.{column}");
+    }
+}
