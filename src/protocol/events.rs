@@ -409,7 +409,7 @@ fn text_delta_json(
 /// Appends `text` as a JSON string, as serde writes it: copied as it is when nothing in it is
 /// escaped (most text), else written by serde.
 pub(crate) fn push_json_string(out: &mut String, text: &str) {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if !needs_escape(text.as_bytes()) {
         out.push('"');
         out.push_str(text);
         out.push('"');
@@ -417,6 +417,27 @@ pub(crate) fn push_json_string(out: &mut String, text: &str) {
         // Serialising a string cannot fail.
         out.push_str(&serde_json::to_string(text).unwrap_or_default());
     }
+}
+
+/// Whether JSON escapes a byte of `bytes`: a quote, a backslash or a control character (below
+/// 0x20). Eight bytes at a time (a byte at a time took 1.9 % of a text run's instructions).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Whether a byte of `word` is zero, or below `n` (n ≤ 0x80): exact, as a whole.
+    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH != 0;
+    let (quote, backslash) = (ONES * u64::from(b'"'), ONES * u64::from(b'\\'));
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut eight = [0; 8];
+        eight.copy_from_slice(word);
+        let word = u64::from_ne_bytes(eight);
+        if below(word, 0x20) || below(word ^ quote, 1) || below(word ^ backslash, 1) {
+            return true;
+        }
+    }
+    let rest = words.remainder();
+    rest.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 /// An event as a stream sends it (the JSON of an SSE `data:` line, of a WebSocket message)
@@ -484,6 +505,29 @@ mod tests {
             .unwrap();
             assert_eq!(event.to_json(4_000_000_007), serde);
         }
+    }
+
+    #[test]
+    fn a_string_needs_escaping_exactly_when_a_byte_of_it_does() {
+        let one_by_one = |bytes: &[u8]| bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+        // Every byte, alone and at each place of a 17-byte text among harmless ones (ASCII and
+        // the bytes of non-ASCII UTF-8, which neighbour the borrow of the word arithmetic).
+        for fill in [b'a', 0x7f, 0x80, 0xc3, 0xff, b' ', b'!', b'#', b'[', b']'] {
+            for byte in 0..=255u8 {
+                for at in 0..17 {
+                    let mut text = vec![fill; 17];
+                    text[at] = byte;
+                    assert_eq!(
+                        needs_escape(&text),
+                        one_by_one(&text),
+                        "{fill:#x} {byte:#x} at {at}"
+                    );
+                    assert_eq!(needs_escape(&text[..at]), one_by_one(&text[..at]));
+                }
+            }
+        }
+        assert!(!needs_escape(b""));
+        assert!(!needs_escape("Ünïcödé 😀 </script>".as_bytes()));
     }
 
     #[test]
