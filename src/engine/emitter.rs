@@ -16,20 +16,41 @@ pub(crate) fn record(
     tenant_id: &Arc<str>,
     sequence_number: u64,
 ) -> EventRecord {
+    let data = event.to_json(sequence_number);
+    let (kind, ends_run) = (event.kind(), event.ends_run());
+    stamped(
+        kind,
+        data,
+        ends_run,
+        response_id,
+        tenant_id,
+        sequence_number,
+    )
+}
+
+/// The record of an event of type `kind` whose JSON text is `data`, emitted now.
+fn stamped(
+    kind: &'static str,
+    data: String,
+    ends_run: bool,
+    response_id: &Arc<str>,
+    tenant_id: &Arc<str>,
+    sequence_number: u64,
+) -> EventRecord {
     EventRecord {
         response_id: response_id.clone(),
         tenant_id: tenant_id.clone(),
         sequence_number,
-        event_type: Cow::Borrowed(event.kind()),
-        data: Arc::from(event.to_json(sequence_number)),
+        event_type: Cow::Borrowed(kind),
+        data: Arc::from(data),
         created_at: UnixMillis::now().as_millis(),
-        ends_run: event.ends_run(),
+        ends_run,
     }
 }
 
 /// A lifecycle event of `response` numbered `sequence_number`, written around `json`, the
-/// response's JSON text serialised once for every event and row that carries it.
-/// (`None`: it could not be serialised, and the event says so).
+/// response's JSON text serialised once for every event and row that carries it (`None`: it
+/// could not be serialised, and the event is serialised here, with serde's fallback).
 pub(crate) fn record_lifecycle(
     kind: Lifecycle,
     response: &ResponseObject,
@@ -51,15 +72,15 @@ pub(crate) fn record_lifecycle(
             .event(Box::new(response.clone()))
             .to_json(sequence_number),
     };
-    EventRecord {
-        response_id: response_id.clone(),
-        tenant_id: tenant_id.clone(),
+    let ends_run = kind.ends_run(response);
+    stamped(
+        kind.kind(),
+        data,
+        ends_run,
+        response_id,
+        tenant_id,
         sequence_number,
-        event_type: Cow::Borrowed(kind.kind()),
-        data: Arc::from(data),
-        created_at: UnixMillis::now().as_millis(),
-        ends_run: kind.ends_run(response),
-    }
+    )
 }
 
 pub struct EventEmitter {
@@ -107,8 +128,7 @@ impl EventEmitter {
     /// Numbers and serialises the event without sending it (for events written together
     /// with a change of the run itself).
     pub fn record(&mut self, event: &Event) -> EventRecord {
-        let sequence_number = self.next_sequence;
-        self.next_sequence += 1;
+        let sequence_number = self.take_sequence();
         record(event, &self.response_id, &self.tenant_id, sequence_number)
     }
 
@@ -132,8 +152,7 @@ impl EventEmitter {
         response: &ResponseObject,
         json: Option<&str>,
     ) -> EventRecord {
-        let sequence_number = self.next_sequence;
-        self.next_sequence += 1;
+        let sequence_number = self.take_sequence();
         record_lifecycle(
             kind,
             response,
@@ -142,6 +161,12 @@ impl EventEmitter {
             &self.tenant_id,
             sequence_number,
         )
+    }
+
+    /// The next event's sequence number, taken.
+    fn take_sequence(&mut self) -> u64 {
+        self.next_sequence += 1;
+        self.next_sequence - 1
     }
 
     /// The sequence number the next event gets.

@@ -53,9 +53,8 @@ struct Live {
     control: Arc<RunControl>,
 }
 
-/// Run ids are looked up per event (publishing, fencing): hashed with foldhash, not SipHash
-/// (measured: SipHash took 2.6 % of a text run's instructions).
-type RunIds = foldhash::fast::RandomState;
+/// Run ids are looked up per event (publishing, fencing).
+type RunIds = crate::protocol::ids::RunIdHasher;
 
 type Channels = Arc<Mutex<HashMap<Arc<str>, Live, RunIds>>>;
 

@@ -232,7 +232,9 @@ pub(crate) async fn end_stored(
         (Arc::from(id.as_str()), Arc::from(run.tenant_id));
     let events = &conclusion.events;
     let body: &ResponseObject = run.body;
-    let json = serde_json::to_string(body).ok();
+    // The closing event and the row carry the same body: serialised once.
+    let text = serde_json::to_string(body).ok();
+    let json = text.as_deref();
     let closing = move |next: u64| -> Vec<EventRecord> {
         let mut records: Vec<EventRecord> = (next..)
             .zip(events)
@@ -240,7 +242,6 @@ pub(crate) async fn end_stored(
             .collect();
         let n = next + records.len() as u64;
         let kind = conclusion.closing;
-        let json = json.as_deref();
         records.push(record_lifecycle(
             kind,
             body,
@@ -252,7 +253,8 @@ pub(crate) async fn end_stored(
         records
     };
     let change = Change {
-        body: Some(run.body),
+        body: Some(body),
+        body_json: json,
         transcript: run.transcript,
         expires_at: conclusion.expires_at,
         closing: Some(&closing),

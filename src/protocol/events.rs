@@ -370,7 +370,7 @@ impl Lifecycle {
     /// The event's JSON text, around the JSON text of its response: the text serde writes
     /// for the event (a test compares them).
     pub fn to_json(self, response: &str, sequence_number: u64) -> String {
-        let mut out = String::with_capacity(response.len() + 80);
+        let mut out = String::with_capacity(response.len() + 100);
         out.push_str(r#"{"type":""#);
         out.push_str(self.kind());
         out.push_str(r#"","response":"#);
@@ -424,7 +424,7 @@ pub(crate) fn push_json_string(out: &mut String, text: &str) {
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Whether a byte of `word` is zero, or below `n` (n ≤ 0x80): exact, as a whole.
+    // Whether some byte of `word` is below `n` (1 ≤ n ≤ 0x80): exact for the word as a whole.
     let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH != 0;
     let (quote, backslash) = (ONES * u64::from(b'"'), ONES * u64::from(b'\\'));
     let mut words = bytes.chunks_exact(8);
@@ -510,8 +510,9 @@ mod tests {
     #[test]
     fn a_string_needs_escaping_exactly_when_a_byte_of_it_does() {
         let one_by_one = |bytes: &[u8]| bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
-        // Every byte, alone and at each place of a 17-byte text among harmless ones (ASCII and
-        // the bytes of non-ASCII UTF-8, which neighbour the borrow of the word arithmetic).
+        // Every byte, at each place of a 17-byte text (two words and a remainder) whose other
+        // bytes need no escaping: ASCII, and bytes of 0x7f and above, whose high bit the word
+        // arithmetic must not mistake for a byte that needs escaping.
         for fill in [b'a', 0x7f, 0x80, 0xc3, 0xff, b' ', b'!', b'#', b'[', b']'] {
             for byte in 0..=255u8 {
                 for at in 0..17 {

@@ -24,6 +24,7 @@ use serde_json::value::RawValue;
 
 use super::error::StoreError;
 use crate::protocol::events::{EventRecord, push_json_string};
+use crate::protocol::ids::RunIdHasher;
 
 /// A run's consecutive events, ready to be inserted as one row.
 pub(super) struct Frame<'a> {
@@ -77,7 +78,7 @@ impl<'a> Frame<'a> {
 pub(super) fn frames<'a>(events: impl IntoIterator<Item = &'a EventRecord>) -> Vec<Frame<'a>> {
     let mut frames: Vec<Frame<'a>> = Vec::new();
     // The frame each run's latest event went into.
-    let mut open: HashMap<&'a str, usize, foldhash::fast::RandomState> = HashMap::default();
+    let mut open: HashMap<&'a str, usize, RunIdHasher> = HashMap::default();
     for event in events {
         let id: &'a str = &event.response_id;
         match open.get(id) {

@@ -38,6 +38,7 @@ use super::types::{
     Backend, BatchOutcome, Change, FoundItem, Loss, NewRun, NotificationStream, WriteBatch,
 };
 use crate::protocol::events::EventRecord;
+use crate::protocol::ids::RunIdHasher;
 use crate::protocol::items::Item;
 use crate::time::UnixMillis;
 
@@ -64,14 +65,12 @@ pub struct SqliteBackend {
 /// looked up. Measured: a lookup statement per batch cost a text run 0.1 ms (one more round
 /// trip to the connection's worker thread), a check inside the insert 85,000 instructions.
 /// Changed only after the statement that changes a lease has committed.
-/// Looked up per event written: hashed with foldhash, not SipHash.
+/// Looked up per event written.
 #[derive(Default)]
-struct Holders(std::sync::Mutex<HashMap<String, String, foldhash::fast::RandomState>>);
+struct Holders(std::sync::Mutex<HashMap<String, String, RunIdHasher>>);
 
 impl Holders {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, String, foldhash::fast::RandomState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String, RunIdHasher>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -997,9 +997,14 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_thei
     for db in backends().await {
         let store = store::connect(&db.url, 4).await.unwrap();
         let (first, second) = (ids::new(ids::RESPONSE), ids::new(ids::RESPONSE));
-        let runs = [new_run(&first, 2, "a", 10), new_run(&second, 1, "a", 10)];
+        let mut runs = [new_run(&first, 2, "a", 10), new_run(&second, 1, "a", 10)];
+        // The first run's body comes as the text its events carry, the second's is serialised
+        // by the store.
+        runs[0].body_json = Some(serde_json::to_string(&runs[0].body).unwrap().into());
         let outcome = store.write_batch(&batch("a", &runs, &[], &[])).await;
         assert!(outcome.not_inserted.is_empty() && outcome.lost.is_empty());
+        let inserted = store.get_run(store::DEFAULT_TENANT, &first).await.unwrap();
+        assert_eq!(inserted.body, runs[0].body, "{}", db.url);
         // The second run was taken over by another instance meanwhile: its ending is
         // refused, with its closing events; the first run's stands.
         store
@@ -1015,10 +1020,11 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_thei
             .await
             .unwrap()
             .unwrap();
-        let endings = [
+        let mut endings = [
             ending(&first, RunState::Completed, 2, 1),
             ending(&second, RunState::Completed, 1, 1),
         ];
+        endings[0].body_json = Some(serde_json::to_string(&endings[0].body).unwrap());
         let events = [event(&first, 0), event(&first, 1), event(&second, 0)];
         let outcome = store.write_batch(&batch("a", &[], &events, &endings)).await;
         assert!(
@@ -1042,6 +1048,7 @@ async fn a_write_batch_inserts_runs_appends_events_and_applies_endings_with_thei
         assert_eq!(stored.state, RunState::Completed, "{}", db.url);
         assert_eq!(stored.lease_owner, None);
         assert_eq!(stored.transcript, endings[0].transcript);
+        assert_eq!(stored.body, endings[0].body, "{}", db.url);
         assert_eq!(numbers(&*store, &first).await, [0, 1, 2]);
         let other = store.get_run(store::DEFAULT_TENANT, &second).await.unwrap();
         assert_eq!(other.state, RunState::InProgress, "{}", db.url);

@@ -189,7 +189,8 @@ impl RunTask {
         self.start.awaiting_first_token = Some(started);
         tracing::info!(model = %self.out.body.model, resumed = self.start.resumed, "run started");
         crate::metrics::run_started(self.start.resumed);
-        // Both events carry the body as inserted: its JSON text, serialised once.
+        // The events carry the body: a new run's as its insert serialised it, a resumed run's
+        // (only `response.in_progress`) serialised here.
         let json = match self.start.body_json.take() {
             Some(json) => Some(json),
             None => serde_json::to_string(&self.out.body).ok().map(Arc::from),
