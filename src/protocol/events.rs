@@ -546,34 +546,23 @@ mod tests {
             "user": null, "usage": null, "required_action": null
         }))
         .unwrap();
-        let events = [
-            Event::Created {
-                response: Box::new(response.clone()),
-            },
-            Event::Queued {
-                response: Box::new(response.clone()),
-            },
-            Event::InProgress {
-                response: Box::new(response.clone()),
-            },
-            Event::Completed {
-                response: Box::new(response.clone()),
-            },
-            Event::Failed {
-                response: Box::new(response.clone()),
-            },
-            Event::Incomplete {
-                response: Box::new(response.clone()),
-            },
-        ];
         let text = serde_json::to_string(&response).unwrap();
-        for event in &events {
+        for kind in [
+            Lifecycle::Created,
+            Lifecycle::Queued,
+            Lifecycle::InProgress,
+            Lifecycle::Completed,
+            Lifecycle::Failed,
+            Lifecycle::Incomplete,
+        ] {
+            let event = kind.event(Box::new(response.clone()));
+            // serde names the variant from its own `rename`, apart from `Lifecycle::kind`.
             let serde = serde_json::to_string(&Sequenced {
-                event,
-                sequence_number: 18_446_744_073_709_551_615,
+                event: &event,
+                sequence_number: u64::MAX,
             })
             .unwrap();
-            let (kind, _) = event.lifecycle().unwrap();
+            assert_eq!(event.lifecycle().map(|(k, _)| k), Some(kind));
             assert_eq!(kind.to_json(&text, u64::MAX), serde);
             assert_eq!(event.to_json(u64::MAX), serde);
             assert_eq!(kind.kind(), event.kind());
