@@ -5,6 +5,16 @@
 //!
 //! JSON is stored as text on both backends: exactly what `serde_json` wrote (a U+0000 in a
 //! string is the escape `\u0000`, which PostgreSQL's `jsonb` refuses).
+//!
+//! A statement that finds a run by its id and also checks its state or lease holder spells
+//! those checks `state IS NOT DISTINCT FROM $n` and `lease_owner IS NOT DISTINCT FROM $n`
+//! (the same as `=` where the value is never null): PostgreSQL cannot use those conditions
+//! with an index, so the primary key is the only index such a statement can be planned with.
+//! With `=`, the generic plan a connection keeps for a prepared statement, when it was made
+//! while the table had no statistics (a new database before its first `ANALYZE`), read the
+//! run through the index on its state or on its holder instead: through the entries of every
+//! run in that state, or every run the replica had held, since the last vacuum. See
+//! `postgres::RUNS_BY_ID` and the test that reads their plans.
 
 use super::error::{Cause, StoreError};
 use super::state::{Guard, RunState};
@@ -63,9 +73,9 @@ pub(super) const COMPARE_AND_SET: &str = "UPDATE responses SET state = $1, \
      body = COALESCE($2, body), transcript = COALESCE($3, transcript), updated_at = $4, \
      lease_owner = $5, lease_expires_at = $6, expires_at = $7, stopped_at = $8, \
      cancel_requested_at = CASE WHEN $1 = $10 THEN cancel_requested_at END \
-     WHERE id = $9 AND state = $10 AND (CASE $11 \
+     WHERE id = $9 AND state IS NOT DISTINCT FROM $10 AND (CASE $11 \
          WHEN 'unheld' THEN lease_owner IS NULL \
-         WHEN 'held' THEN lease_owner = $12 \
+         WHEN 'held' THEN lease_owner IS NOT DISTINCT FROM $12 \
          ELSE (lease_owner IS NULL OR lease_expires_at < $13) END)";
 
 /// Where a run's appended input items start, and its tenant.
@@ -92,14 +102,16 @@ pub(super) const STALE_RUNS: &str = concat!(
 /// The take-over: `$4` the state it leaves (and stays in), the lease ran out before `$5`.
 pub(super) const CLAIM_STALE: &str = concat!(
     "UPDATE responses SET lease_owner = $1, lease_expires_at = $2, updated_at = $5 \
-     WHERE id = $3 AND state = $4 AND (lease_owner IS NULL OR lease_expires_at < $5) \
+     WHERE id = $3 AND state IS NOT DISTINCT FROM $4 \
+     AND (lease_owner IS NULL OR lease_expires_at < $5) \
      RETURNING ",
     run_columns!()
 );
 
 /// A running run's progress, if `$5` still holds it.
 pub(super) const CHECKPOINT: &str = "UPDATE responses SET body = $1, transcript = $2, \
-     updated_at = $3 WHERE id = $4 AND state = 'in_progress' AND lease_owner = $5 \
+     updated_at = $3 WHERE id = $4 AND state IS NOT DISTINCT FROM 'in_progress' \
+     AND lease_owner IS NOT DISTINCT FROM $5 \
      RETURNING cancel_requested_at";
 
 /// Every run `$1` holds in state `$2` (`in_progress`), handed over at once.
@@ -107,7 +119,7 @@ pub(super) const RELEASE_LEASES: &str = "UPDATE responses SET lease_owner = NULL
      lease_expires_at = NULL WHERE lease_owner = $1 AND state = $2";
 
 pub(super) const REQUEST_CANCEL: &str = "UPDATE responses SET cancel_requested_at = $1 \
-     WHERE tenant_id = $2 AND id = $3 AND state = 'in_progress'";
+     WHERE tenant_id = $2 AND id = $3 AND state IS NOT DISTINCT FROM 'in_progress'";
 
 /// The frames holding a run's events after `$2`: at most `$3` of them, each holding at least
 /// one of those events (see `frames.rs`).

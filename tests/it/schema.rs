@@ -220,3 +220,61 @@ async fn on_postgresql_the_stored_json_is_compressed_with_lz4_when_the_server_ha
         assert_eq!(compression, expected, "{table}.{column}");
     }
 }
+
+#[tokio::test]
+async fn on_postgresql_statements_that_check_a_runs_state_or_holder_find_it_by_its_primary_key() {
+    let Some(db) = Database::postgres().await else {
+        return;
+    };
+    // Migrates the new database: its tables have no statistics.
+    store::connect(&db.url, 1).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    // Runs a new service writes in its first seconds under load, before autovacuum's first
+    // ANALYZE (or forever, on a server without autovacuum). On a table of a few pages, a
+    // scan of the table is the plan, and the cheapest one.
+    sqlx::query(
+        "INSERT INTO responses (id, tenant_id, state, store, created_at, updated_at, body) \
+         SELECT 'resp_' || n, 'default', 'completed', true, 1, 1, repeat('x', 1200) \
+         FROM generate_series(1, 500) AS n",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    // The plan a connection keeps for a prepared statement after its first executions, until
+    // an ANALYZE of the table replaces it.
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for (name, statement) in store::postgres::RUNS_BY_ID {
+        let parameters = (1..=40)
+            .filter(|n| statement.contains(&format!("${n}")))
+            .count();
+        sqlx::raw_sql(&format!("PREPARE by_id AS {statement}"))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let nulls = vec!["NULL"; parameters].join(", ");
+        let rows = sqlx::raw_sql(&format!(
+            "EXPLAIN EXECUTE by_id ({nulls}); DEALLOCATE by_id"
+        ))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let plan: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("responses_pkey"),
+            "{name} is planned as\n{plan}"
+        );
+        for other in [
+            "responses_state",
+            "responses_expiry",
+            "responses_lease_owner",
+            "responses_stopped",
+            "Seq Scan on responses",
+        ] {
+            assert!(!plan.contains(other), "{name} is planned as\n{plan}");
+        }
+    }
+}
