@@ -129,9 +129,12 @@ bench_on() {
   instructions_on "$label" "$url"
   # A fresh instance for idle-streams, so its memory before the streams is a clean baseline.
   # HTTP/2 to the upstream: one process may hold at most 20,000 descriptors here, and 10,000
-  # client connections plus 10,000 upstream connections would not fit.
+  # client connections plus 10,000 upstream connections would not fit. The service serves
+  # 8,192 connections at once by default (`server.max_connections`); beyond, a stream waits
+  # to be accepted until another closes, and the bench would count it only then.
   SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$slow" \
     SWITCHYARD__LLM__HTTP2=true SWITCHYARD__SERVER__SHUTDOWN_GRACE_SECONDS=0 \
+    SWITCHYARD__SERVER__MAX_CONNECTIONS="$((IDLE_STREAMS + 64))" \
     RUST_LOG=warn,switchyard::app=info target/release/switchyard > "$work/$label-idle.log" 2>&1 &
   pid=$!
   pids+=($pid)

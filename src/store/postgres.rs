@@ -135,12 +135,11 @@ async fn first_connection(options: &PgConnectOptions) -> Result<(), StoreError> 
 }
 
 /// The service leaves its tables' upkeep to autovacuum (PostgreSQL's default). Without it,
-/// the plans a connection keeps for its statements stay those made for the tables when they
-/// were empty, and ended runs stay in the state indexes. Measured with autovacuum off: the
-/// writer's batch updated runs' endings through a state index instead of the primary key, and
-/// a service whose first load was 32 runs at once did 1,708 runs/s instead of 2,290, and a
-/// text run alone then took 6.5 ms instead of 3.0. An operator who turned it off is told at
-/// start-up.
+/// the plans a connection keeps for its statements stay those made for the tables without
+/// statistics, and every version of every run stays in the indexes. The statements on a run's
+/// path find runs by primary key whatever the statistics (see [`WRITE_ROWS`]); the sweeps that
+/// read the state indexes (expiry, take-over) and a shutdown's release of its leases slow down
+/// as the tables grow. An operator who turned it off is told at start-up.
 async fn warn_without_autovacuum(pool: &PgPool) {
     let setting: Result<String, _> = sqlx::query_scalar("SHOW autovacuum").fetch_one(pool).await;
     if let Ok(setting) = setting
