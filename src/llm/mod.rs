@@ -5,6 +5,7 @@
 //! must act on them, `resilient` adds retries, concurrency caps and fallbacks, `router` picks
 //! the client of a model, and `probe` asks each provider for its model list.
 
+mod chunk;
 pub mod opaque;
 pub mod openai;
 pub mod probe;

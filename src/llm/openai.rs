@@ -729,6 +729,27 @@ struct Chunk<'a> {
     usage: Option<Value>,
 }
 
+impl<'a> Chunk<'a> {
+    /// A chunk of the common shape, read without serde ([`super::chunk`]).
+    fn common(common: super::chunk::Common<'a>) -> Chunk<'a> {
+        let choice = |choice: super::chunk::Choice<'a>| Choice {
+            delta: choice.delta.map(|content| Delta {
+                content: Text(content.map(Cow::Borrowed)),
+                reasoning_content: Text(None),
+                reasoning: Text(None),
+                reasoning_details: None,
+                tool_calls: None,
+            }),
+            finish_reason: Text(choice.finish_reason.map(Cow::Borrowed)),
+        };
+        Chunk {
+            error: None,
+            choices: common.choices.map(|c| c.into_iter().map(choice).collect()),
+            usage: None,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Choice<'a> {
     #[serde(default, borrow)]
@@ -960,13 +981,16 @@ fn parse_payload(
     out: &mut VecDeque<Result<ModelEvent, LlmError>>,
     reader: &mut Reader,
 ) {
-    let chunk: Chunk = match serde_json::from_str(payload) {
-        Ok(chunk) => chunk,
-        Err(e) => {
-            let message = format!("a chunk is not a chat-completions chunk: {e}");
-            out.push_back(Err(LlmError::Protocol(message)));
-            return;
-        }
+    let chunk = match super::chunk::read(payload) {
+        Some(common) => Chunk::common(common),
+        None => match serde_json::from_str(payload) {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                let message = format!("a chunk is not a chat-completions chunk: {e}");
+                out.push_back(Err(LlmError::Protocol(message)));
+                return;
+            }
+        },
     };
     if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
         // vLLM and llama.cpp put the HTTP status an error would have had in `code`.
@@ -1044,6 +1068,112 @@ fn parse_payload(
 mod tests {
     use super::*;
     use crate::protocol::items::{FunctionCall, FunctionCallOutput, McpCall, Message, ToolOutput};
+
+    /// What `parse_payload` goes on to read of a chunk, to compare the two readers.
+    fn read_of(chunk: &Chunk) -> String {
+        let text = |t: &Text| format!("{:?}", t.0.as_deref());
+        let choice = |c: &Choice| {
+            let delta = c.delta.as_ref().map(|d| {
+                format!(
+                    "content {} reasoning {} {} details {:?} calls {:?}",
+                    text(&d.content),
+                    text(&d.reasoning_content),
+                    text(&d.reasoning),
+                    d.reasoning_details,
+                    d.tool_calls.as_ref().map(Vec::len),
+                )
+            });
+            format!("delta {delta:?} finish {}", text(&c.finish_reason))
+        };
+        let choices = chunk
+            .choices
+            .as_ref()
+            .map(|c| c.iter().map(choice).collect::<Vec<_>>());
+        format!(
+            "{choices:?} error {:?} usage {:?}",
+            chunk.error, chunk.usage
+        )
+    }
+
+    /// The chunk as serde reads it, and as the common shape's reader does when it reads it.
+    fn both_readers(payload: &str) -> (Result<String, String>, Option<String>) {
+        let serde = serde_json::from_str::<Chunk>(payload)
+            .map(|chunk| read_of(&chunk))
+            .map_err(|e| e.to_string());
+        let common = super::super::chunk::read(payload).map(|c| read_of(&Chunk::common(c)));
+        (serde, common)
+    }
+
+    #[test]
+    fn the_common_shape_of_a_chunk_is_read_without_serde_as_serde_reads_it() {
+        let common = [
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"choices":[{"delta":{"content":"tok0 ","role":"assistant"},"finish_reason":null,"index":0}],"created":0,"id":"chatcmpl-fake","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}"#,
+            r#"{"id":"x","choices":[]}"#,
+            " { \"choices\" : [ { \"delta\" : { \"content\" : \"h\u{e9}llo \u{2713} \u{1f600}\" } , \"finish_reason\" : null } ] ,\n\t\"created\" : -1.5e+3 , \"n\" : 0.25E-2 , \"ok\" : true , \"no\" : false }\r\n",
+            r#"{"choices":[{"delta":null,"finish_reason":"length","index":0}],"error":null}"#,
+            r#"{"choices":[{"delta":{"content":null},"finish_reason":"tool_calls"}]}"#,
+            r#"{}"#,
+        ];
+        for payload in common {
+            let (serde, fast) = both_readers(payload);
+            assert_eq!(fast.as_ref(), Some(serde.as_ref().unwrap()), "{payload}");
+        }
+        // Read by serde: escapes, nested values, what the delta carries besides text, usage, an
+        // error, a second choice, a repeated field, and JSON that is not valid.
+        let other = [
+            r#"{"choices":[{"delta":{"content":"a\nb"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"\u00e9"}}]}"#,
+            r#"{"ch\u006fices":[]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+            r#"{"error":{"message":"overloaded","code":503}}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":null,"content":"a"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"},"logprobs":{"content":[]}}]}"#,
+            r#"{"choices":[],"choices":[]}"#,
+            r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
+            r#"{"choices":[{"delta":{"content":5}}]}"#,
+            r#"{"choices":[]} x"#,
+            r#"{"choices":[{"delta":{"content":"a"}}]"#,
+            "{\"choices\":[{\"delta\":{\"content\":\"a\u{1}\"}}]}",
+            r#"{"created":01}"#,
+            r#"{"created":1.}"#,
+            r#"{"created":-}"#,
+            r#"{"created":1e}"#,
+            r#"{"ok":tru}"#,
+            r#"{"id":"x",}"#,
+            r#"[]"#,
+            "",
+        ];
+        for payload in other {
+            assert_eq!(both_readers(payload).1, None, "{payload}");
+        }
+        // Every chunk the reader accepts, serde reads the same: the common chunks with a
+        // character taken out or put in at every place.
+        let marks = [
+            "\"", "\\", ",", ":", "{", "}", "[", "]", "0", "-", ".", "e", " ", "n", "\u{1}",
+            "\u{e9}",
+        ];
+        let mut accepted = 0;
+        for payload in common {
+            for (at, c) in payload.char_indices() {
+                let taken_out = format!("{}{}", &payload[..at], &payload[at + c.len_utf8()..]);
+                let put_in =
+                    marks.map(|mark| format!("{}{mark}{}", &payload[..at], &payload[at..]));
+                for variant in std::iter::once(taken_out).chain(put_in) {
+                    let (serde, fast) = both_readers(&variant);
+                    if let Some(fast) = fast {
+                        accepted += 1;
+                        assert_eq!(Ok(fast), serde, "{variant}");
+                    }
+                }
+            }
+        }
+        assert!(accepted > 1_000, "{accepted}");
+    }
 
     fn user(text: &str) -> Item {
         Item::Message(Message {
