@@ -189,20 +189,14 @@ impl PostgresStore {
 /// for: a part of a `WITH` that only reads (the lock, the notifications) runs only if the
 /// statement uses it.
 ///
-/// Runs are found by id through the primary key whatever the statistics say. The lease check
-/// is spelled `lease_owner IS NOT DISTINCT FROM $22` (the same as `=` for a holder, which is
-/// never null) and the endings' update also says `id = ANY($23)`: PostgreSQL can use neither
-/// condition with the `responses_lease_owner` index, so the primary key is the only index that
-/// fits. With `=`, the generic plan a connection keeps for a prepared statement, made while
-/// the table had no statistics (a new database before autovacuum's first `ANALYZE`, or a
-/// server without autovacuum), went through the holder's index: on each batch, every entry of
-/// every run the replica had held since the last vacuum. On a new database without `ANALYZE`,
-/// closed ×32, the server spent 565–636 µs of CPU per text run and switchyard served
-/// 1,272–1,446 runs/s; spelled as here, 158–162 µs and 2,830–2,940 runs/s. Joined with
-/// `UNNEST` alone, the runs were found by a scan of the table; `id = ANY(…)` is looked up in
-/// the primary key. A plan made while the table holds less than about a hundred runs scans it
-/// (then the cheapest way); the connection's successor plans again. `tests/it/schema.rs`
-/// reads the generic plans.
+/// Runs are found by id through the primary key whatever the statistics say: the lease check
+/// is spelled `IS NOT DISTINCT FROM` (see `sql.rs`), and the endings' update also says
+/// `id = ANY($23)` (joined with `UNNEST` alone, its generic plan scanned the table). With
+/// `lease_owner = $22`, the plan went through the holder's index on each batch. On a new
+/// database without `ANALYZE`, closed ×32, the server spent 565–636 µs of CPU per text run and
+/// switchyard served 1,272–1,446 runs/s; spelled as here, 158–162 µs and 2,830–2,940 runs/s.
+/// A plan made while the table holds less than about a hundred runs scans it (then the
+/// cheapest way); the connection's successor plans again.
 const WRITE_ROWS: &str = "WITH runs AS (
                 INSERT INTO responses (id, tenant_id, state, previous_response_id, store,
                     created_at, updated_at, lease_owner, lease_expires_at, body, key_id)

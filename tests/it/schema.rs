@@ -15,6 +15,33 @@ const LOOKUPS_BY_ID: [&str; 2] = [
     "DELETE FROM responses WHERE tenant_id = $1 AND id = $2",
 ];
 
+/// The plan a PostgreSQL connection keeps for `statement` once prepared, after its first
+/// executions, until an ANALYZE of the table replaces it: its generic plan, made for any
+/// values of its parameters (`$1` up to the highest it names, their types inferred).
+async fn generic_plan(conn: &mut sqlx::PgConnection, statement: &str) -> String {
+    let parameters = (1..=99)
+        .rev()
+        .find(|n| statement.contains(&format!("${n}")))
+        .unwrap_or(0);
+    let nulls = vec!["NULL"; parameters].join(", ");
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!("PREPARE planned AS {statement}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("cannot prepare `{statement}`: {e}"));
+    let rows = sqlx::raw_sql(&format!(
+        "EXPLAIN EXECUTE planned ({nulls}); DEALLOCATE planned"
+    ))
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    let rows: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    rows.join("\n")
+}
+
 #[tokio::test]
 async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_table_was_empty() {
     for db in backends().await {
@@ -22,25 +49,13 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
         // Migrates the new database; its tables are empty.
         store::connect(url, 1).await.unwrap();
         for statement in LOOKUPS_BY_ID {
-            // Rows of the plan, and the step that finds the run by its key.
-            let (rows, by_key) = if url.starts_with("postgres") {
-                // The plan a connection keeps for a prepared statement after its first
-                // executions, until an ANALYZE of the table replaces it.
+            // The plan, and the step that finds the run by its key.
+            let (plan, by_key) = if url.starts_with("postgres") {
                 let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-                sqlx::query("SET plan_cache_mode = force_generic_plan")
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                sqlx::query(&format!("PREPARE lookup (text, text) AS {statement}"))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                let rows = sqlx::query("EXPLAIN EXECUTE lookup ('default', 'resp_x')")
-                    .fetch_all(&mut conn)
-                    .await
-                    .unwrap();
-                let rows: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
-                (rows, "Index Cond: (id = $2)")
+                (
+                    generic_plan(&mut conn, statement).await,
+                    "Index Cond: (id = $2)",
+                )
             } else {
                 let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
                 let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
@@ -50,9 +65,11 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
                     .await
                     .unwrap();
                 let rows: Vec<String> = rows.iter().map(|row| row.get("detail")).collect();
-                (rows, "USING INDEX sqlite_autoindex_responses_1 (id=?)")
+                (
+                    rows.join("\n"),
+                    "USING INDEX sqlite_autoindex_responses_1 (id=?)",
+                )
             };
-            let plan = rows.join("\n");
             assert!(
                 plan.contains(by_key),
                 "{url}: `{statement}` is planned as\n{plan}"
@@ -240,29 +257,8 @@ async fn on_postgresql_statements_that_check_a_runs_state_or_holder_find_it_by_i
     .execute(&mut conn)
     .await
     .unwrap();
-    // The plan a connection keeps for a prepared statement after its first executions, until
-    // an ANALYZE of the table replaces it.
-    sqlx::query("SET plan_cache_mode = force_generic_plan")
-        .execute(&mut conn)
-        .await
-        .unwrap();
     for (name, statement) in store::postgres::RUNS_BY_ID {
-        let parameters = (1..=40)
-            .filter(|n| statement.contains(&format!("${n}")))
-            .count();
-        sqlx::raw_sql(&format!("PREPARE by_id AS {statement}"))
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let nulls = vec!["NULL"; parameters].join(", ");
-        let rows = sqlx::raw_sql(&format!(
-            "EXPLAIN EXECUTE by_id ({nulls}); DEALLOCATE by_id"
-        ))
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-        let plan: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
-        let plan = plan.join("\n");
+        let plan = generic_plan(&mut conn, statement).await;
         assert!(
             plan.contains("responses_pkey"),
             "{name} is planned as\n{plan}"
