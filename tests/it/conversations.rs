@@ -574,9 +574,13 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
     use crate::support::{Binary, FakeLlm, Turn, read_until_cut};
     for db in backends().await {
         let llm = FakeLlm::start().await.unwrap();
-        // A's turn never ends before A is killed; the one asked again finishes a moment later.
+        // A's turn never ends before A is killed. The one asked again after the takeover takes
+        // 5 s, so that B's start and its request for a second response come before the run is
+        // finished even on a loaded machine. B waits up to 30 s for the first byte, not the
+        // tests' 2 s. With a 1 s turn and 2 s, the test failed once in CI, where either could
+        // have run out: B's start and request, or the turn's first byte.
         llm.push(Turn::text("never sent").delayed(60_000));
-        llm.push(Turn::text("Finished after the takeover.").delayed(1_000));
+        llm.push(Turn::text("Finished after the takeover.").delayed(5_000));
         let mut a = Binary::new().database(&db.url).upstream(&llm).spawn();
         let client = reqwest::Client::new();
         let created: Value = client
@@ -611,6 +615,7 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
             .config(|c| {
                 c.runs.lease_ttl_ms = 1_000;
                 c.runs.sweep_interval_ms = 100;
+                c.llm.first_byte_timeout_ms = 30_000;
             })
             .start()
             .await;
@@ -618,13 +623,11 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
         let (status, refused) = b.post("/v1/responses", &body).await;
         assert_eq!(status, 400, "{refused}");
         assert_eq!(refused["error"]["code"], "conversation_locked");
-        // The takeover waits for the lease to run out (1 s), then the model's turn (1 s): a
-        // loaded machine has taken more than 6 s for both.
+        // The takeover waits for the lease to run out (1 s), then the model's turn (5 s).
         let mut done = Value::Null;
         for _ in 0..1500 {
-            let (_, found) = b.get(&format!("/v1/responses/{run}")).await;
-            if found["status"] == "completed" {
-                done = found;
+            done = b.get(&format!("/v1/responses/{run}")).await.1;
+            if !["queued", "in_progress"].contains(&done["status"].as_str().unwrap_or("")) {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
