@@ -268,6 +268,11 @@ pub const RUNS_BY_ID: [(&str, &str); 6] = [
     ("checkpoint", sql::CHECKPOINT),
 ];
 
+/// See [`sql::runs_by_state`].
+#[doc(hidden)]
+pub const RUNS_BY_STATE: [sql::RunsByState; 4] =
+    sql::runs_by_state(<PostgresBackend as StoreBackend>::CLAIM_QUEUED);
+
 impl PostgresBackend {
     /// One statement over arrays ([`WRITE_ROWS`]): inserts runs (with their input items and
     /// first events), appends events of runs the writer holds (locking their rows against a
@@ -482,8 +487,8 @@ impl StoreBackend for PostgresBackend {
     /// double-claiming.
     const CLAIM_QUEUED: &'static str = concat!(
         "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
-         updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
-         ORDER BY created_at LIMIT $6 FOR UPDATE SKIP LOCKED) AND state = $5 \
+         updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = 'queued' \
+         ORDER BY created_at LIMIT $5 FOR UPDATE SKIP LOCKED) AND state = 'queued' \
          AND lease_owner IS NULL RETURNING ",
         sql::run_columns!()
     );

@@ -76,8 +76,9 @@ pub(super) trait StoreBackend: Commit + Send + Sync + 'static {
     const KIND: Backend;
     const MIGRATOR: Migrator;
     /// Claims queued runs ([`RunStore::claim_queued`]): `$1` the state they go to, `$2` and
-    /// `$3` the lease, `$4` now, `$5` the state they leave, `$6` how many at most; returns the
-    /// runs claimed.
+    /// `$3` the lease, `$4` now, `$5` how many at most; returns the runs claimed. The state
+    /// they leave, `queued`, is written in the statement: only then can the planner use the
+    /// index of queued runs (a partial index, migration 14).
     const CLAIM_QUEUED: &'static str;
     /// Lists a tenant's responses ([`RunStore::list_runs`]), newest (highest id) first: `$1`
     /// the tenant, `$2` the id they come after, `$3` the state, `$4` the state they are not
@@ -484,12 +485,16 @@ where
         limit: u32,
     ) -> Result<Vec<StoredRun>, StoreError> {
         let t = Transition::CLAIM;
+        debug_assert_eq!(
+            t.from(),
+            RunState::Queued,
+            "CLAIM_QUEUED names the state it leaves"
+        );
         let rows = sqlx::query_as(B::CLAIM_QUEUED)
             .bind(t.to().as_str())
             .bind(&lease.holder)
             .bind(lease.until)
             .bind(now)
-            .bind(t.from().as_str())
             .bind(i64::from(limit));
         let mut conn = self.backend.writer().await?;
         let rows: Vec<RunRow> = rows.fetch_all(&mut *conn).await?;

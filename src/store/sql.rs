@@ -51,16 +51,20 @@ pub(super) const GET_RUN: &str = concat!(
     " FROM responses WHERE tenant_id = $1 AND id = $2"
 );
 
-/// Runs by state, for the states that are not final (the state index answers it).
-pub(super) const COUNT_UNFINISHED: &str = "SELECT state, COUNT(*) FROM responses \
-     WHERE state IN ('queued', 'in_progress', 'requires_action') GROUP BY state";
+/// Runs by state, for the states that are not final: each count is read from that state's
+/// index (migration 14), which holds only the runs in it.
+pub(super) const COUNT_UNFINISHED: &str = "SELECT 'queued', COUNT(*) FROM responses \
+     WHERE state = 'queued' UNION ALL SELECT 'in_progress', COUNT(*) FROM responses \
+     WHERE state = 'in_progress' UNION ALL SELECT 'requires_action', COUNT(*) FROM responses \
+     WHERE state = 'requires_action'";
 
-/// Reads the rows of [`COUNT_UNFINISHED`].
+/// Reads the rows of [`COUNT_UNFINISHED`], leaving out the states with no run.
 pub(super) fn unfinished_counts(
     rows: Vec<(String, i64)>,
 ) -> Result<Vec<(RunState, u64)>, StoreError> {
     rows.into_iter()
-        .map(|(state, count)| Ok((parse_state(&state)?, count.max(0) as u64)))
+        .filter(|(_, count)| *count > 0)
+        .map(|(state, count)| Ok((parse_state(&state)?, count as u64)))
         .collect()
 }
 
@@ -98,6 +102,25 @@ pub(super) const STALE_RUNS: &str = concat!(
     " FROM responses WHERE state = 'in_progress' \
      AND (lease_owner IS NULL OR lease_expires_at < $1) ORDER BY created_at"
 );
+
+/// The statements that look for runs in a state that is not final, given the backend's claim
+/// of queued runs, each with the indexes of migration 14 it reads (a test reads their plans).
+pub(super) const fn runs_by_state(claim: &'static str) -> [RunsByState; 4] {
+    const ALL: &[&str] = &[
+        "responses_queued",
+        "responses_in_progress",
+        "responses_requires_action",
+    ];
+    [
+        ("queued-run claim", claim, &["responses_queued"]),
+        ("take-over sweep", STALE_RUNS, &["responses_in_progress"]),
+        ("expiry sweep", EXPIRED_RUNS, &["responses_requires_action"]),
+        ("the metrics' count", COUNT_UNFINISHED, ALL),
+    ]
+}
+
+/// A statement's name, its text, and the indexes it should read.
+pub type RunsByState = (&'static str, &'static str, &'static [&'static str]);
 
 /// The take-over: `$4` the state it leaves (and stays in), the lease ran out before `$5`.
 pub(super) const CLAIM_STALE: &str = concat!(

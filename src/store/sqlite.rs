@@ -573,6 +573,11 @@ impl Affected for SqliteQueryResult {
     }
 }
 
+/// See [`sql::runs_by_state`].
+#[doc(hidden)]
+pub const RUNS_BY_STATE: [sql::RunsByState; 4] =
+    sql::runs_by_state(<SqliteBackend as StoreBackend>::CLAIM_QUEUED);
+
 impl StoreBackend for SqliteBackend {
     type Db = Sqlite;
     type Writer<'a> = MutexGuard<'a, SqliteConnection>;
@@ -582,8 +587,8 @@ impl StoreBackend for SqliteBackend {
     /// One process owns the file: claiming needs no row locks.
     const CLAIM_QUEUED: &'static str = concat!(
         "UPDATE responses SET state = $1, lease_owner = $2, lease_expires_at = $3, \
-         updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = $5 \
-         ORDER BY created_at LIMIT $6) AND state = $5 AND lease_owner IS NULL RETURNING ",
+         updated_at = $4 WHERE id IN (SELECT id FROM responses WHERE state = 'queued' \
+         ORDER BY created_at LIMIT $5) AND state = 'queued' AND lease_owner IS NULL RETURNING ",
         sql::run_columns!()
     );
 
