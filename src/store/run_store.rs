@@ -63,7 +63,8 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<Vec<StoredRun>, StoreError>;
 
     /// Takes over a running run whose lease ran out before `now` (or was handed over):
-    /// the run as it is now under `lease`, or `None` when someone else holds it.
+    /// the run as it is now under `lease`, or `None` when someone else holds it, or the
+    /// lease's holder already does.
     async fn claim_stale(
         &self,
         id: &str,

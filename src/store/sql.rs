@@ -122,11 +122,15 @@ pub(super) const fn runs_by_state(claim: &'static str) -> [RunsByState; 4] {
 /// A statement's name, its text, and the indexes it should read.
 pub type RunsByState = (&'static str, &'static str, &'static [&'static str]);
 
-/// The take-over: `$4` the state it leaves (and stays in), the lease ran out before `$5`.
+/// The take-over: `$4` the state it leaves (and stays in), the lease ran out before `$5`,
+/// and `$1`, who claims it, does not hold it already. A start's take-over of what a previous
+/// process left counts every lease as run out (`$5` the end of time) and waits for the MCP
+/// servers first: meanwhile the periodic sweep may have taken the same run over, and a second
+/// claim would have run it twice.
 pub(super) const CLAIM_STALE: &str = concat!(
     "UPDATE responses SET lease_owner = $1, lease_expires_at = $2, updated_at = $5 \
      WHERE id = $3 AND state IS NOT DISTINCT FROM $4 \
-     AND (lease_owner IS NULL OR lease_expires_at < $5) \
+     AND (lease_owner IS NULL OR (lease_expires_at < $5 AND lease_owner <> $1)) \
      RETURNING ",
     run_columns!()
 );

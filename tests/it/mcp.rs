@@ -1412,9 +1412,8 @@ async fn kill_mid_call_with(database_url: &str, read_only: bool, slow: bool) -> 
     }
     let mut done = Value::Null;
     for _ in 0..400 {
-        let (_, body) = b.get(&format!("/v1/responses/{id}")).await;
-        if body["status"] == "completed" {
-            done = body;
+        done = b.get(&format!("/v1/responses/{id}")).await.1;
+        if !["queued", "in_progress"].contains(&done["status"].as_str().unwrap_or("")) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -861,6 +861,36 @@ async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let
                 .unwrap()
                 .is_none()
         );
+        // Nor does its holder take it over a second time, even counting every lease as run
+        // out, as a start does for what a previous process left (its periodic sweep may have
+        // taken the run over while the start waited for MCP servers).
+        assert!(
+            store
+                .claim_stale(&dead, &lease, UnixMillis::MAX)
+                .await
+                .unwrap()
+                .is_none(),
+            "{}",
+            db.url
+        );
+        assert!(
+            store
+                .claim_stale(&dead, &again, UnixMillis::MAX)
+                .await
+                .unwrap()
+                .is_some(),
+            "{}",
+            db.url
+        );
+        assert!(
+            store
+                .claim_stale(&dead, &lease, UnixMillis::MAX)
+                .await
+                .unwrap()
+                .is_some(),
+            "{}",
+            db.url
+        );
 
         // At shutdown the holder lets go of both: anyone may take them over at once.
         assert_eq!(store.release_leases(&holder).await.unwrap(), 2);
