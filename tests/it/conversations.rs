@@ -576,9 +576,7 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
         let llm = FakeLlm::start().await.unwrap();
         // A's turn never ends before A is killed. The one asked again after the takeover takes
         // 5 s, so that B's start and its request for a second response come before the run is
-        // finished even on a loaded machine. B waits up to 30 s for the first byte, not the
-        // tests' 2 s. With a 1 s turn and 2 s, the test failed once in CI, where either could
-        // have run out: B's start and request, or the turn's first byte.
+        // finished even on a loaded machine; B waits up to 30 s for its first byte.
         llm.push(Turn::text("never sent").delayed(60_000));
         llm.push(Turn::text("Finished after the takeover.").delayed(5_000));
         let mut a = Binary::new().database(&db.url).upstream(&llm).spawn();
@@ -605,6 +603,10 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
         let (first, first_seen) = tokio::sync::oneshot::channel();
         let live = tokio::spawn(read_until_cut(response, first));
         first_seen.await.unwrap();
+        // A asked the upstream for its turn: otherwise B's request would get that 60 s turn.
+        while llm.requests().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         a.kill();
         let run = live.await.unwrap().response_id();
 
