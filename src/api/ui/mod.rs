@@ -179,7 +179,7 @@ fn csrf(headers: &HeaderMap) -> (String, Option<HeaderValue>) {
     match cookie(headers, CSRF_COOKIE).filter(|t| t.len() == 32) {
         Some(token) => (token.to_owned(), None),
         None => {
-            let token = uuid::Uuid::new_v4().simple().to_string();
+            let token = crate::auth::os_random_hex(16);
             let set = set_cookie(CSRF_COOKIE, Some(&token), headers);
             (token, Some(set))
         }
