@@ -604,9 +604,13 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
         let live = tokio::spawn(read_until_cut(response, first));
         first_seen.await.unwrap();
         // A asked the upstream for its turn: otherwise B's request would get that 60 s turn.
-        while llm.requests().is_empty() {
+        for _ in 0..1000 {
+            if !llm.requests().is_empty() {
+                break;
+            }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        assert_eq!(llm.requests().len(), 1, "A never asked the upstream");
         a.kill();
         let run = live.await.unwrap().response_id();
 
@@ -626,14 +630,9 @@ async fn a_killed_holders_run_keeps_the_conversation_until_it_is_taken_over_and_
         assert_eq!(status, 400, "{refused}");
         assert_eq!(refused["error"]["code"], "conversation_locked");
         // The takeover waits for the lease to run out (1 s), then the model's turn (5 s).
-        let mut done = Value::Null;
-        for _ in 0..1500 {
-            done = b.get(&format!("/v1/responses/{run}")).await.1;
-            if !["queued", "in_progress"].contains(&done["status"].as_str().unwrap_or("")) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        let done = b
+            .wait_until_stopped_within(&run, std::time::Duration::from_secs(30))
+            .await;
         assert_eq!(done["status"], "completed", "{}: {done}", db.url);
         assert_eq!(
             conversation_texts(&b, &id).await,

@@ -1410,14 +1410,9 @@ async fn kill_mid_call_with(database_url: &str, read_only: bool, slow: bool) -> 
             started.elapsed()
         );
     }
-    let mut done = Value::Null;
-    for _ in 0..400 {
-        done = b.get(&format!("/v1/responses/{id}")).await.1;
-        if !["queued", "in_progress"].contains(&done["status"].as_str().unwrap_or("")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let done = b
+        .wait_until_stopped_within(&id, Duration::from_secs(20))
+        .await;
     assert_eq!(
         done["status"], "completed",
         "the run was not completed: {done}"

@@ -45,6 +45,23 @@ async fn generic_plan(conn: &mut sqlx::PgConnection, statement: &str) -> String 
     rows.join("\n")
 }
 
+/// The plan of `statement` on the database at `url`: on PostgreSQL its [`generic_plan`], on
+/// SQLite what `EXPLAIN QUERY PLAN` says (SQLite plans a statement as it is prepared, before
+/// any parameter is bound).
+async fn plan(url: &str, statement: &str) -> String {
+    if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        return generic_plan(&mut conn, statement).await;
+    }
+    let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+    let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("cannot plan `{statement}`: {e}"));
+    let rows: Vec<String> = rows.iter().map(|row| row.get("detail")).collect();
+    rows.join("\n")
+}
+
 #[tokio::test]
 async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_table_was_empty() {
     for db in backends().await {
@@ -52,27 +69,13 @@ async fn a_run_is_looked_up_by_its_primary_key_even_in_a_plan_made_while_the_tab
         // Migrates the new database; its tables are empty.
         store::connect(url, 1).await.unwrap();
         for statement in LOOKUPS_BY_ID {
-            // The plan, and the step that finds the run by its key.
-            let (plan, by_key) = if url.starts_with("postgres") {
-                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-                (
-                    generic_plan(&mut conn, statement).await,
-                    "Index Cond: (id = $2)",
-                )
+            // The step that finds the run by its key.
+            let by_key = if url.starts_with("postgres") {
+                "Index Cond: (id = $2)"
             } else {
-                let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
-                let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
-                    .bind("default")
-                    .bind("resp_x")
-                    .fetch_all(&mut conn)
-                    .await
-                    .unwrap();
-                let rows: Vec<String> = rows.iter().map(|row| row.get("detail")).collect();
-                (
-                    rows.join("\n"),
-                    "USING INDEX sqlite_autoindex_responses_1 (id=?)",
-                )
+                "USING INDEX sqlite_autoindex_responses_1 (id=?)"
             };
+            let plan = plan(url, statement).await;
             assert!(
                 plan.contains(by_key),
                 "{url}: `{statement}` is planned as\n{plan}"
@@ -305,18 +308,7 @@ async fn the_sweeps_the_claim_and_the_count_read_the_index_of_the_state_they_loo
             store::sqlite::RUNS_BY_STATE
         };
         for (name, statement, indexes) in statements {
-            let plan = if postgres {
-                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-                generic_plan(&mut conn, statement).await
-            } else {
-                let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
-                let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
-                    .fetch_all(&mut conn)
-                    .await
-                    .unwrap_or_else(|e| panic!("cannot plan `{statement}`: {e}"));
-                let rows: Vec<String> = rows.iter().map(|row| row.get("detail")).collect();
-                rows.join("\n")
-            };
+            let plan = plan(url, statement).await;
             for index in indexes {
                 assert!(
                     plan.contains(index),

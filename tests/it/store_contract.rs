@@ -863,34 +863,15 @@ async fn leases_are_renewed_by_their_holder_taken_over_once_they_run_out_and_let
         );
         // Nor does its holder take it over a second time, even counting every lease as run
         // out, as a start does for what a previous process left (its periodic sweep may have
-        // taken the run over while the start waited for MCP servers).
-        assert!(
-            store
-                .claim_stale(&dead, &lease, UnixMillis::MAX)
+        // taken the run over while the start waited for MCP servers); another holder does,
+        // and then the first one can again.
+        for (claimer, takes) in [(&lease, false), (&again, true), (&lease, true)] {
+            let taken = store
+                .claim_stale(&dead, claimer, UnixMillis::MAX)
                 .await
-                .unwrap()
-                .is_none(),
-            "{}",
-            db.url
-        );
-        assert!(
-            store
-                .claim_stale(&dead, &again, UnixMillis::MAX)
-                .await
-                .unwrap()
-                .is_some(),
-            "{}",
-            db.url
-        );
-        assert!(
-            store
-                .claim_stale(&dead, &lease, UnixMillis::MAX)
-                .await
-                .unwrap()
-                .is_some(),
-            "{}",
-            db.url
-        );
+                .unwrap();
+            assert_eq!(taken.is_some(), takes, "{}: {}", db.url, claimer.holder);
+        }
 
         // At shutdown the holder lets go of both: anyone may take them over at once.
         assert_eq!(store.release_leases(&holder).await.unwrap(), 2);

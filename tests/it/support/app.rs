@@ -305,13 +305,22 @@ impl TestApp {
 
     /// Polls until the stored run leaves `in_progress`.
     pub async fn wait_until_stopped(&self, id: &str) -> Value {
-        for _ in 0..200 {
-            let (_, body) = self.get(&format!("/v1/responses/{id}")).await;
+        self.wait_until_stopped_within(id, Duration::from_secs(5))
+            .await
+    }
+
+    /// Polls until the stored run leaves `queued` and `in_progress`, sleeping `within` in all
+    /// between the polls at most (a loaded machine adds the polls' own time).
+    pub async fn wait_until_stopped_within(&self, id: &str, within: Duration) -> Value {
+        const POLL: Duration = Duration::from_millis(25);
+        let mut body = Value::Null;
+        for _ in 0..within.div_duration_f64(POLL).ceil() as u32 {
+            body = self.get(&format!("/v1/responses/{id}")).await.1;
             if body["status"] != "in_progress" && body["status"] != "queued" {
                 return body;
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            tokio::time::sleep(POLL).await;
         }
-        panic!("run {id} did not stop");
+        panic!("run {id} did not stop: {body}");
     }
 }
