@@ -30,6 +30,9 @@ RUN mkdir -p src fake-llm/src bench/src \
 
 # --- build: the real sources over the stubs.
 FROM deps AS build
+# `switchyard --version` names this commit (the build context has no .git):
+#   docker build --build-arg SWITCHYARD_COMMIT="$(git rev-parse --short=12 HEAD)" .
+ARG SWITCHYARD_COMMIT=""
 COPY . .
 # The copied sources keep the modification times they have in the build context, which can
 # be older than the stubs built above: touch every Rust source so that cargo rebuilds each

@@ -80,7 +80,9 @@ bench_on() {
   local label=$1 url=$2
   # Streams held open need a descriptor each (and the generator one per stream).
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-  # Requests carry an API key, as in production: its check is part of what is measured.
+  # Requests carry an API key, as in production: its check is part of what is measured. The
+  # database first (`keys` never makes one).
+  SWITCHYARD__DATABASE__URL="$url" target/release/switchyard migrate > /dev/null 2>&1
   SWITCHYARD_API_KEY="$(SWITCHYARD__DATABASE__URL="$url" target/release/switchyard keys create --tenant bench --name bench 2>/dev/null)"
   export SWITCHYARD_API_KEY
   SWITCHYARD__SERVER__PORT=0 SWITCHYARD__DATABASE__URL="$url" SWITCHYARD__LLM__BASE_URL="$upstream" \

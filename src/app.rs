@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 
 use crate::api::{AppState, router};
 use crate::auth::Authenticator;
@@ -377,8 +379,8 @@ async fn serve_http(
             _ = stop_accepting.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
             // The client gave up before it was accepted: nothing to wait for.
             Err(e)
                 if matches!(
@@ -402,7 +404,14 @@ async fn serve_http(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(router.clone());
+        // The peer's address, for the access line (`ConnectInfo`, as axum's own `serve` does).
+        let service = router.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
+        );
+        let service = TowerToHyperService::new(service);
         // With upgrades: `GET /v1/responses` may become a WebSocket.
         let connection = http
             .serve_connection(TokioIo::new(tcp), service)

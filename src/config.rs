@@ -708,6 +708,7 @@ mod tests {
 
     fn read(toml: &str) -> Result<Config, Vec<String>> {
         sources::extract(&Figment::from(Toml::string(DEFAULT_TOML)).merge(Toml::string(toml)))
+            .map_err(|(problems, _)| problems)
     }
 
     #[test]

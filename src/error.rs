@@ -252,6 +252,8 @@ impl IntoResponse for ApiError {
         let status = self.status_code();
         let retry_after = self.retry_after();
         let (kind, message, param, code) = self.envelope();
+        let logged = code.as_deref().unwrap_or(kind);
+        let logged = crate::api::access::ErrorCode(logged.into());
         let body = ErrorEnvelope {
             error: ErrorBody {
                 code,
@@ -261,6 +263,7 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, Json(body)).into_response();
+        response.extensions_mut().insert(logged);
         if let Some(seconds) = retry_after {
             response
                 .headers_mut()

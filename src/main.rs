@@ -9,10 +9,18 @@ use switchyard::auth::{self, KeyPolicy};
 use switchyard::config::{Config, ConfigError};
 use switchyard::telemetry;
 
+/// The version and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "switchyard",
-    version,
+    version = VERSION,
     about = "A Responses-style API server for tool-calling LLM runs"
 )]
 struct Cli {
@@ -181,6 +189,7 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
 }
 
 async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
+    refuse_new_sqlite_file(&config.database.url)?;
     let store = open_database(&config, 1).await?;
     match command {
         KeysCommand::Create {
@@ -255,6 +264,30 @@ async fn keys(config: Config, command: KeysCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `keys` works on the server's database: run without its settings (another folder, another
+/// `--config`, no `SWITCHYARD__DATABASE__URL`), it would make a new empty SQLite file whose
+/// keys no server reads. Making the database is `migrate`'s (or `serve`'s) to do.
+fn refuse_new_sqlite_file(url: &str) -> anyhow::Result<()> {
+    if !url.starts_with("sqlite:") {
+        return Ok(());
+    }
+    let Some(file) = switchyard::store::sqlite::database_file(url)? else {
+        return Ok(());
+    };
+    if file.exists() {
+        return Ok(());
+    }
+    let shown = std::path::absolute(&file).unwrap_or(file);
+    anyhow::bail!(
+        "there is no database at {} (database.url = {:?}): `switchyard keys` works on the \
+         server's database and does not make a new one. Give it the server's database settings \
+         (the same --config file or SWITCHYARD__DATABASE__URL, from the same folder when the \
+         path is relative), or make the database first with `switchyard migrate`",
+        shown.display(),
+        redact_url(url)
+    )
 }
 
 /// Probes every provider as `serve` does at start, one line each on stderr (the

@@ -1,12 +1,16 @@
-//! The access log and request ids: a span per request with its method, route and request id
-//! (the client's `X-Request-Id`, or a new one), into which a handler records the response id
-//! it serves; one line when the response starts (status, duration, bytes).
+//! The access log and request ids: a span per request with its method, route, request id
+//! (the client's `X-Request-Id`, or a new one) and client address, into which authentication
+//! records the caller's tenant and key and a handler the response id it serves; one line when
+//! the response starts (status, duration, bytes, and an error's code). Probes (`/healthz`,
+//! `/readyz`, `/metrics`) log theirs at DEBUG: every few seconds from each probe and scraper,
+//! they would drown the requests at INFO.
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use axum::body::Body;
 use axum::body::HttpBody as _;
-use axum::extract::MatchedPath;
+use axum::extract::{ConnectInfo, MatchedPath};
 use axum::http::{Request, Response};
 use axum::middleware::Next;
 use tower_http::request_id::{MakeRequestId, RequestId};
@@ -58,11 +62,18 @@ pub fn span(request: &Request<Body>) -> Span {
         .get(X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| tracing::field::display(address));
     tracing::info_span!(
         "request",
         method = %request.method(),
         route,
         request_id = id,
+        client,
+        tenant = tracing::field::Empty,
+        key_id = tracing::field::Empty,
         response_id = tracing::field::Empty,
     )
 }
@@ -70,6 +81,24 @@ pub fn span(request: &Request<Body>) -> Span {
 /// Records the response a request serves in its span (and so on its access line).
 pub fn serves(response_id: &str) {
     Span::current().record("response_id", response_id);
+}
+
+/// Records who is calling in the request's span (and so on its access line).
+pub fn called_by(caller: &crate::auth::Caller) {
+    let span = Span::current();
+    span.record("tenant", caller.tenant_id.as_str());
+    if let Some(key) = caller.key_id() {
+        span.record("key_id", key);
+    }
+}
+
+/// An error response's `error.code` (else its `error.type`), for the access line.
+#[derive(Clone)]
+pub struct ErrorCode(pub Box<str>);
+
+/// The routes of probes and scrapers, whose access lines are at DEBUG.
+fn is_probe(route: &str) -> bool {
+    matches!(route, "/healthz" | "/readyz" | "/metrics")
 }
 
 /// The access line and the request metrics, when the response's headers go out (a stream's
@@ -85,14 +114,27 @@ pub async fn log(request: Request<Body>, next: Next) -> Response<Body> {
     let took = started.elapsed();
     let status = response.status().as_u16();
     let bytes = response.body().size_hint().exact();
-    tracing::info!(
-        target: "switchyard::access",
-        status,
-        duration_ms = %format_args!("{:.3}", took.as_secs_f64() * 1e3),
-        bytes,
-        "request"
-    );
+    let error_code = response.extensions().get::<ErrorCode>().map(|c| &*c.0);
     let route = route.as_deref().unwrap_or("unmatched");
+    let duration_ms = format_args!("{:.3}", took.as_secs_f64() * 1e3);
+    macro_rules! access_line {
+        ($level:expr) => {
+            tracing::event!(
+                target: "switchyard::access",
+                $level,
+                status,
+                duration_ms = %duration_ms,
+                bytes,
+                error_code,
+                "request"
+            )
+        };
+    }
+    if is_probe(route) {
+        access_line!(tracing::Level::DEBUG);
+    } else {
+        access_line!(tracing::Level::INFO);
+    }
     crate::metrics::http_request(method.as_str(), route, status, took);
     response
 }

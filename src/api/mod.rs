@@ -6,7 +6,7 @@
 //! logs and tags each request, `state` is what every handler shares, `openapi` and `errors`
 //! make the OpenAPI document.
 
-mod access;
+pub(crate) mod access;
 mod conversations;
 mod errors;
 mod extract;
@@ -132,6 +132,7 @@ async fn authenticate(
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
     let caller = state.auth.authenticate(header).await?;
+    access::called_by(&caller);
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
 }

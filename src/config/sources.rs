@@ -100,19 +100,24 @@ pub fn key<S: AsRef<str>>(path: &[S]) -> String {
     out
 }
 
+/// The problems of a configuration; when they all could be fixed up, also the configuration
+/// as read with them fixed, and the keys they were at.
+pub(super) type Problems = (Vec<String>, Option<Box<(Config, Vec<String>)>>);
+
 /// Reads `figment` into a [`Config`], or says everything that is wrong with it. Serde stops
 /// at the first problem, so each one is fixed up in a copy of the values (an unknown key
 /// dropped, a value of the wrong type replaced by its default) and the copy read again, until
 /// it reads or a problem cannot be fixed up (a required key without a default).
-pub(super) fn extract(figment: &Figment) -> Result<Config, Vec<String>> {
+pub(super) fn extract(figment: &Figment) -> Result<Config, Problems> {
     let origin = Origin::of(figment.clone());
     let mut values = figment
         .find_value("")
-        .map_err(|e| e.into_iter().map(|e| unreadable(&e)).collect::<Vec<_>>())?;
+        .map_err(|e| (e.into_iter().map(|e| unreadable(&e)).collect(), None))?;
     let defaults = Figment::from(Toml::string(DEFAULT_TOML))
         .find_value("")
         .ok();
     let mut problems = Vec::new();
+    let mut keys = Vec::new();
     while problems.len() < MAX_PROBLEMS {
         let attempt = if problems.is_empty() {
             figment.extract::<Config>()
@@ -121,12 +126,18 @@ pub(super) fn extract(figment: &Figment) -> Result<Config, Vec<String>> {
         };
         let error = match attempt {
             Ok(config) if problems.is_empty() => return Ok(Config { origin, ..config }),
-            Ok(_) => return Err(problems),
+            Ok(config) => {
+                return Err((
+                    problems,
+                    Some(Box::new((Config { origin, ..config }, keys))),
+                ));
+            }
             Err(error) => error,
         };
         let mut fixed = true;
         for error in error {
             problems.push(describe(&origin, &error));
+            keys.push(key(&error.path));
             let fix = match &error.kind {
                 Kind::UnknownField(..) => remove(&mut values, &error.path),
                 Kind::MissingField(_) => false,
@@ -138,10 +149,10 @@ pub(super) fn extract(figment: &Figment) -> Result<Config, Vec<String>> {
             fixed &= fix;
         }
         if !fixed {
-            return Err(problems);
+            return Err((problems, None));
         }
     }
-    Err(problems)
+    Err((problems, None))
 }
 
 /// A source that could not be read (a file that is not TOML), naming the file as it was given:
@@ -293,9 +304,19 @@ impl Config {
             }
             figment = figment.merge(Toml::file_exact(path));
         }
-        extract(&figment.merge(env)).map_err(|errors| ConfigError::Invalid {
-            errors,
-            warnings: Vec::new(),
+        extract(&figment.merge(env)).map_err(|(mut errors, fixed)| {
+            // What else is wrong, in the same pass: the values that could be read, checked as
+            // `serve` checks them, the unreadable ones standing in as their defaults (a finding
+            // about one of those keys would be about the default, not what was written).
+            let mut warnings = Vec::new();
+            if let Some((config, keys)) = fixed.map(|fixed| *fixed) {
+                let about_stand_in =
+                    |finding: &String| keys.iter().any(|k| finding.contains(k.as_str()));
+                let findings = config.validate();
+                errors.extend(findings.errors.into_iter().filter(|f| !about_stand_in(f)));
+                warnings.extend(findings.warnings.into_iter().filter(|f| !about_stand_in(f)));
+            }
+            ConfigError::Invalid { errors, warnings }
         })
     }
 

@@ -172,11 +172,10 @@ impl InstanceLock {
     /// Takes the lock of the database at `url`; `None` for an in-memory database. Fails with
     /// a message saying why when another instance holds it.
     pub fn acquire(url: &str) -> Result<Option<InstanceLock>, StoreError> {
-        let options = options(url)?;
-        let database = options.get_filename();
-        if url.contains(":memory:") || url.contains("mode=memory") {
+        let Some(database) = database_file(url)? else {
             return Ok(None);
-        }
+        };
+        let database = database.as_path();
         create_folder(database)?;
         let mut path = PathBuf::from(database).into_os_string();
         path.push("-lock");
@@ -204,6 +203,15 @@ impl InstanceLock {
             }
         }
     }
+}
+
+/// The file an SQLite URL names (as given: relative to the current folder when relative), or
+/// `None` for an in-memory database.
+pub fn database_file(url: &str) -> Result<Option<PathBuf>, StoreError> {
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        return Ok(None);
+    }
+    Ok(Some(options(url)?.get_filename().to_path_buf()))
 }
 
 /// An input item's row.

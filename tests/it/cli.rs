@@ -146,6 +146,7 @@ fn a_new_key_is_alone_on_standard_output_whatever_is_logged() {
     // On PostgreSQL without autovacuum a warning was logged there, before the secret: a
     // script's `key=$(switchyard keys create …)` got both.
     let db = Database::sqlite();
+    assert_eq!(Binary::new().database(&db.url).run(&["migrate"]).code, 0);
     let Output {
         code,
         stdout: out,
@@ -166,9 +167,70 @@ fn a_new_key_is_alone_on_standard_output_whatever_is_logged() {
 }
 
 #[test]
+fn keys_without_the_servers_database_make_none_and_name_the_one_they_looked_for() {
+    // The default URL is relative: run from another folder, `keys` would have made a new
+    // empty file there, whose keys no server reads.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let switchyard = Binary::new().current_dir(elsewhere.path());
+    for command in [
+        &["keys", "create", "--tenant", "acme", "--name", "ci"][..],
+        &["keys", "list"][..],
+    ] {
+        let Output {
+            code,
+            stdout: out,
+            stderr: err,
+        } = switchyard.run(command);
+        assert_eq!(code, 1, "{command:?}: {err}");
+        assert!(out.is_empty(), "no key is printed: {out}");
+        let expected = elsewhere.path().join("data/switchyard.db");
+        assert!(
+            err.contains(&format!("no database at {}", expected.display())),
+            "the absolute path it looked for: {err}"
+        );
+        assert!(
+            err.contains("sqlite://data/switchyard.db") && err.contains("switchyard migrate"),
+            "the setting and the way out: {err}"
+        );
+    }
+    assert!(
+        !elsewhere.path().join("data").exists(),
+        "nothing was made in the folder"
+    );
+    // Once the database is made on purpose, the same command works there.
+    assert_eq!(switchyard.run(&["migrate"]).code, 0);
+    let Output { code, stderr, .. } = switchyard.run(&["keys", "list"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn version_names_the_commit_built() {
+    let Output {
+        code, stdout: out, ..
+    } = Binary::new().run(&["--version"]);
+    assert_eq!(code, 0);
+    let line = out.trim();
+    let expected = format!("switchyard {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(line.starts_with(&expected) && line.ends_with(')'), "{line}");
+    let commit = &line[expected.len()..line.len() - 1];
+    // The checkout's HEAD when the tests run from one (as the binary was built from it).
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    match head {
+        Some(head) => assert_eq!(commit, String::from_utf8_lossy(&head.stdout).trim()),
+        None => assert!(!commit.is_empty(), "{line}"),
+    }
+}
+
+#[test]
 fn api_keys_are_made_listed_and_revoked_from_the_command_line() {
     let db = Database::sqlite();
     let switchyard = Binary::new().database(&db.url);
+    assert_eq!(switchyard.run(&["migrate"]).code, 0);
     let Output {
         code,
         stdout: secret,

@@ -96,6 +96,38 @@ fn an_unknown_key_of_the_llm_table_is_refused_although_it_shares_keys_with_provi
 }
 
 #[test]
+fn a_value_of_the_wrong_type_does_not_hide_the_other_problems_of_the_configuration() {
+    // Read as serde reads, then checked as `serve` checks: both kinds in one pass.
+    let file = ConfigFile::new(
+        "[server]\nport = \"eighty\"\nbody_limit_bytes = 0\n[runs]\nlease_ttl_ms = 0\n\
+         [[tool_servers.s.tools]]\nname = \"t\"\nurl = \"ftp://x\"\n",
+    );
+    let stderr = refused(Binary::new().config_file(&file.path));
+    let path = &file.path;
+    for line in [
+        format!("error: server.port in {path}: expected u16, found string \"eighty\""),
+        format!("error: server.body_limit_bytes in {path}: must be positive"),
+        format!(
+            "error: runs.lease_ttl_ms in {path}: must be longer than runs.sweep_interval_ms \
+             (5000): leases are renewed every sweep"
+        ),
+        format!(
+            "error: tool_servers.s.tools[0].url in {path}: \"ftp://x/\" is not an http:// or \
+             https:// URL"
+        ),
+    ] {
+        assert_line(&stderr, &line);
+    }
+    // A check involving a value that could not be read would be about its default instead:
+    // it is left out.
+    let stderr = refused(Binary::new().config_file(
+        &ConfigFile::new("[runs]\nsweep_interval_ms = \"x\"\nlease_ttl_ms = 0\n").path,
+    ));
+    assert!(stderr.contains("runs.sweep_interval_ms"), "{stderr}");
+    assert!(!stderr.contains("lease_ttl_ms"), "{stderr}");
+}
+
+#[test]
 fn a_value_of_the_wrong_type_in_the_file_names_its_key_and_file() {
     assert_refused(
         "[server]\nport = \"abc\"\n",

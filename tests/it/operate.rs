@@ -72,6 +72,120 @@ async fn a_client_request_id_is_echoed_and_on_every_log_line_of_its_request() {
 }
 
 #[tokio::test]
+async fn the_access_line_names_the_client_the_tenant_the_key_and_an_errors_code() {
+    let llm = FakeLlm::start().await.unwrap();
+    let db = Database::sqlite();
+    let setup = Binary::new().database(&db.url);
+    assert_eq!(setup.run(&["migrate"]).code, 0);
+    let made = setup.run(&["keys", "create", "--tenant", "acme", "--name", "ci"]);
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let secret = made.stdout.trim().to_string();
+    let listed = setup.run(&["keys", "list"]).stdout;
+    let key_id = listed
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let instance = Binary::new()
+        .database(&db.url)
+        .upstream(&llm)
+        .env("SWITCHYARD__AUTH__MODE", "keys")
+        .spawn();
+    let client = reqwest::Client::new();
+    let access_of = async |request_id: &str| {
+        let field = format!("request_id=\"{request_id}\"");
+        instance
+            .logs
+            .wait_for(|l| l.contains("switchyard::access") && l.contains(&field))
+            .await
+    };
+
+    // A run: who asked, from where, and no error code.
+    let reply = client
+        .post(instance.url("/v1/responses"))
+        .bearer_auth(&secret)
+        .header("x-request-id", "acc-1")
+        .json(&json!({"model": "gpt-4o-mini", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let access = access_of("acc-1").await;
+    for part in [
+        "client=127.0.0.1:",
+        "tenant=\"acme\"",
+        &format!("key_id=\"{key_id}\""),
+        "status=200",
+    ] {
+        assert!(access.contains(part), "{part} in the access line: {access}");
+    }
+    assert!(!access.contains("error_code"), "{access}");
+
+    // An error: its code, as the client got it in `error.code`.
+    let reply = client
+        .get(instance.url("/v1/responses/resp_unknown"))
+        .bearer_auth(&secret)
+        .header("x-request-id", "acc-2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 404);
+    let body: serde_json::Value = reply.json().await.unwrap();
+    let code = body["error"]["code"]
+        .as_str()
+        .or(body["error"]["type"].as_str())
+        .unwrap()
+        .to_string();
+    let access = access_of("acc-2").await;
+    assert!(
+        access.contains(&format!("error_code=\"{code}\"")) && access.contains("tenant=\"acme\""),
+        "{access}"
+    );
+
+    // A wrong key: the code, and no tenant or key (nobody was recognised).
+    let reply = client
+        .get(instance.url("/v1/responses/resp_unknown"))
+        .bearer_auth("sk-sy-wrong")
+        .header("x-request-id", "acc-3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 401);
+    let access = access_of("acc-3").await;
+    assert!(
+        access.contains("error_code=\"invalid_api_key\""),
+        "{access}"
+    );
+    assert!(
+        !access.contains("tenant=") && !access.contains("key_id="),
+        "{access}"
+    );
+
+    // Probes and scrapes are logged at DEBUG: not at this instance's INFO.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let reply = client
+            .get(instance.url(path))
+            .header("x-request-id", "acc-probe")
+            .send()
+            .await
+            .unwrap();
+        assert!(reply.status().is_success(), "{path}: {}", reply.status());
+    }
+    let reply = client
+        .get(instance.url("/v1/models"))
+        .bearer_auth(&secret)
+        .header("x-request-id", "acc-after")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    access_of("acc-after").await;
+    assert!(lines_of(&instance, "acc-probe").is_empty());
+}
+
+#[tokio::test]
 async fn a_request_without_an_id_or_with_an_unusable_one_gets_a_new_one() {
     let llm = FakeLlm::start().await.unwrap();
     let instance = Binary::new().upstream(&llm).spawn();

@@ -89,7 +89,9 @@ export SWITCHYARD__LLM__API_KEY=test
 export SWITCHYARD__LLM__RETRIES=0
 export RUST_LOG="${RUST_LOG:-warn}"
 
-# A key of its own, made as an operator would (every /v1 request needs one).
+# A key of its own, made as an operator would (every /v1 request needs one): the database
+# first (`keys` never makes one), then the key.
+"$SWITCHYARD_BIN" migrate > "$work/migrate.log" 2>&1
 key="$("$SWITCHYARD_BIN" keys create --tenant openapi --name schemathesis 2> "$work/keys.log")"
 "$SWITCHYARD_BIN" > "$work/switchyard.log" 2>&1 &
 pids+=($!)

@@ -138,6 +138,14 @@ export class Services {
       // Scripted upstream failures are what the tests look at: no retries.
       SWITCHYARD__LLM__RETRIES: '0',
     });
+    // The database first, as an operator makes it (`keys` never makes one), then a key.
+    const migrated = spawnSync(binary('SWITCHYARD_BIN', 'switchyard'), ['migrate'], {
+      cwd: REPO_ROOT,
+      env,
+      encoding: 'utf8',
+      timeout: STARTUP_TIMEOUT_MS,
+    });
+    if (migrated.status !== 0) throw new Error(`switchyard migrate failed: ${migrated.stderr}`);
     const made = spawnSync(binary('SWITCHYARD_BIN', 'switchyard'), ['keys', 'create', '--tenant', 'compat', '--name', 'suite'], {
       cwd: REPO_ROOT,
       env,

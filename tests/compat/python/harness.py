@@ -340,8 +340,18 @@ class Services:
             time.sleep(0.05)
 
     def create_key(self, tenant: str, name: str) -> str:
-        """An API key of `tenant`, made as an operator makes one: `switchyard keys create` with
-        the environment switchyard runs with (its database)."""
+        """An API key of `tenant`, made as an operator makes one: `switchyard migrate` (`keys`
+        never makes a database), then `switchyard keys create`, with the environment switchyard
+        runs with (its database)."""
+        migrated = subprocess.run(
+            [str(binary("SWITCHYARD_BIN", "switchyard")), "migrate"],
+            env=self.env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            timeout=STARTUP_TIMEOUT_S,
+        )
+        if migrated.returncode != 0:
+            raise RuntimeError(f"switchyard migrate failed: {migrated.stderr.decode(errors='replace')}")
         made = subprocess.run(
             [str(binary("SWITCHYARD_BIN", "switchyard")), "keys", "create", "--tenant", tenant, "--name", name],
             env=self.env,
