@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the container deployment without a Docker engine: Dockerfile, .dockerignore,
-# docker-compose.yml with .env.example, deploy/nginx.conf and deploy/switchyard.toml.
+# docker-compose.yml with .env.example (and its Prometheus service), docker-compose.tls.yml,
+# deploy/nginx.conf, deploy/nginx-tls.conf and deploy/switchyard.toml.
 #
 #   bash .ci/check-deploy.sh            # static checks (a few seconds)
 #   bash .ci/check-deploy.sh --build    # also runs the Dockerfile's build stages with the local
@@ -22,19 +23,59 @@
 #                mounted file that exists, a probe health check, the operator's settings (log
 #                level/format, upstream URL and key, auth mode), a stop grace longer than the
 #                shutdown grace; the `fake` profile runs fake-llm and .env.example says how to
-#                point switchyard at it. With `docker compose` installed, also `config -q`.
+#                point switchyard at it. With `docker compose` installed, also `config -q` (with
+#                the monitoring profile, and with docker-compose.tls.yml).
+#   prometheus   a service of an official Prometheus image pinned to a release (not `latest`), in
+#                a profile; its --config.file and every rule_files entry (relative to it) are
+#                mounted read-only from files of the repository, the config being
+#                deploy/prometheus/prometheus.yml; its data on a named volume; its ports on
+#                127.0.0.1 only; it starts after the replicas; its job `switchyard` scrapes
+#                exactly the replicas on their port (not nginx), at /metrics over http.
 #   nginx.conf   balanced blocks and terminated directives; upstream names re-resolved (`resolve`
 #                with a zone and Docker's resolver 127.0.0.11, or a variable proxy_pass with a
 #                resolver); the upstream lists exactly the compose replicas on their port; the
 #                nginx image is new enough for `resolve`; SSE: proxy_buffering off, HTTP/1.1,
-#                long read timeout, no gzip/cache; body limit above switchyard's. With an nginx
-#                binary (on PATH, or NGINX_BIN=/path/to/nginx): `nginx -t`; else skipped.
+#                long read timeout, no gzip/cache; body limit above switchyard's; /metrics
+#                answered 404. With an nginx binary (on PATH, or NGINX_BIN=/path/to/nginx):
+#                `nginx -t`; else skipped (also when it is older than 1.27.3, without `resolve`).
+#   HTTPS        docker-compose.tls.yml parses, overrides only services of docker-compose.yml,
+#                its variables are documented in .env.example; it mounts its nginx config on the
+#                target of docker-compose.yml's (replacing it) and every file it mounts exists,
+#                read-only, but the certificate files, which must be git-ignored, untracked, and
+#                named in the README next to them. Its nginx config (the file it
+#                mounts) gets every nginx.conf check above, plus: the servers that proxy listen
+#                with ssl on the published HTTPS port, plain HTTP only redirects to https:// on
+#                that port, ssl_certificate and _key in the mounted folder, ssl_protocols
+#                without SSLv3/TLSv1/TLSv1.1, forward-secret AEAD ssl_ciphers, a shared
+#                ssl_session_cache, no http2 (WebSocket), X-Forwarded-Proto passed on; and its
+#                resolver, upstream, WebSocket map and locations are the same as nginx.conf's.
+#                `nginx -t` as above, with a throwaway self-signed certificate (openssl).
 #   config       with a switchyard binary (SWITCHYARD_BIN, else target/release/switchyard):
 #                `check-config` with each replica's --config file and environment; else skipped.
 #
+# Other files can be checked instead of the real ones, e.g. a broken copy (paths relative to where
+# it is run from; the paths inside them, such as mounts, stay relative to the repository):
+#   COMPOSE=… COMPOSE_TLS=… ENV_EXAMPLE=… NGINX_CONF=… NGINX_TLS_CONF=… PROM_CONFIG=…
+# NGINX_TLS_CONF defaults to the file docker-compose.tls.yml mounts, PROM_CONFIG to the file the
+# prometheus service loads.
+#
 # Ends with "check-deploy: N passed, N failed, N skipped"; exits 1 when a check failed.
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The files to check: the real ones unless a variable above names another.
+absolute() {
+  case "$1" in
+    /*) printf '%s\n' "$1" ;;
+    *) printf '%s\n' "$caller/$1" ;;
+  esac
+}
+for name in COMPOSE COMPOSE_TLS ENV_EXAMPLE NGINX_CONF NGINX_TLS_CONF PROM_CONFIG; do
+  value=""
+  if [[ -n "${!name:-}" ]]; then value=$(absolute "${!name}"); fi
+  export "CHECK_$name=$value"
+done
 
 # A python3 with PyYAML if there is one (the compose checks are fuller with it).
 python=""
@@ -52,10 +93,17 @@ fi
 script=$(mktemp "${TMPDIR:-/tmp}/check-deploy.XXXXXX.py")
 trap 'rm -f "$script"' EXIT
 cat >"$script" <<'PY'
-import json, os, re, shlex, shutil, subprocess, sys, tempfile, time
+import glob, json, os, posixpath, re, shlex, shutil, subprocess, sys, tempfile, time
 from urllib.parse import urlsplit
 
 ROOT = os.getcwd()
+# The files checked (absolute when given in the environment, else relative to ROOT).
+COMPOSE = os.environ.get("CHECK_COMPOSE") or "docker-compose.yml"
+COMPOSE_TLS = os.environ.get("CHECK_COMPOSE_TLS") or "docker-compose.tls.yml"
+ENV_EXAMPLE = os.environ.get("CHECK_ENV_EXAMPLE") or ".env.example"
+NGINX_CONF = os.environ.get("CHECK_NGINX_CONF") or "deploy/nginx.conf"
+NGINX_TLS_CONF = os.environ.get("CHECK_NGINX_TLS_CONF") or None
+PROM_CONFIG = os.environ.get("CHECK_PROM_CONFIG") or None
 ARGS = sys.argv[1:]
 BUILD = "--build" in ARGS
 for a in ARGS:
@@ -96,6 +144,11 @@ def read(path):
 
 def exists(path):
     return os.path.exists(os.path.join(ROOT, path))
+
+def rel(path):
+    """A path as the messages show it: relative to the repository when inside it."""
+    full = os.path.normpath(os.path.join(ROOT, path))
+    return os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else full
 
 # ---------------------------------------------------------------------------------------------
 # The workspace
@@ -743,14 +796,15 @@ def secret_value_ok(raw):
     return op in ("", ":?", "?")
 
 def check_compose():
-    section("docker-compose.yml and .env.example")
+    section(f"{rel(COMPOSE)} and {rel(ENV_EXAMPLE)}")
     info = {"entrypoints": set(), "replicas": [], "services": {}, "port": None}
-    if not exists("docker-compose.yml"):
-        fail("no docker-compose.yml")
+    if not exists(COMPOSE):
+        fail(f"no {rel(COMPOSE)}")
         return info
-    raw_text = read("docker-compose.yml")
-    env_example_ok = check(exists(".env.example"), ".env.example exists", "no .env.example to copy to .env")
-    active, documented = parse_env_file(".env.example") if env_example_ok else ({}, set())
+    raw_text = read(COMPOSE)
+    env_example_ok = check(exists(ENV_EXAMPLE), f"{rel(ENV_EXAMPLE)} exists", f"no {rel(ENV_EXAMPLE)} to copy to .env")
+    active, documented = parse_env_file(ENV_EXAMPLE) if env_example_ok else ({}, set())
+    info["active"], info["documented"] = active, documented
     try:
         import yaml
     except ImportError:
@@ -765,13 +819,14 @@ def check_compose():
     try:
         doc = yaml.safe_load(raw_text)
     except yaml.YAMLError as e:
-        fail(f"docker-compose.yml is not valid YAML: {e}")
+        fail(f"{rel(COMPOSE)} is not valid YAML: {e}")
         return info
     services = (doc or {}).get("services") or {}
     if not check(isinstance(services, dict) and services, f"parses: {len(services)} services ({', '.join(services)})",
                  "no services"):
         return info
     info["services"] = services
+    info["doc"] = doc
 
     # Variables.
     used = {}
@@ -811,6 +866,7 @@ def check_compose():
         fail(f"does not interpolate with .env.example's values: {e}")
         return info
     ok("interpolates with .env.example's values")
+    info["resolved"] = resolved
     rservices = resolved["services"]
     pw_vars = [n for n in used if "PASSWORD" in n.upper()]
     for n in pw_vars:
@@ -939,7 +995,7 @@ def check_compose():
                   f"{svc}: does not run fake-llm listening on 0.0.0.0 ({' '.join(argv)})")
             if runs_fake and ":" in listen:
                 url = f"http://{svc}:{listen.rsplit(':', 1)[1]}/v1"
-                check(url in read(".env.example") and url in raw_text,
+                check(url in read(ENV_EXAMPLE) and url in raw_text,
                       f"{svc}: .env.example and docker-compose.yml say OPENAI_BASE_URL={url}",
                       f"{svc}: .env.example / docker-compose.yml do not document OPENAI_BASE_URL={url}")
             if svc in same_image:
@@ -963,10 +1019,12 @@ def check_compose():
     except OSError:
         has_compose = False
     if has_compose:
-        for profile in ([], ["--profile", "fake"]):
-            p = subprocess.run(["docker", "compose", "--env-file", ".env.example", *profile, "config", "-q"],
-                               cwd=ROOT, capture_output=True, text=True)
-            check(p.returncode == 0, f"docker compose {' '.join(profile)} config -q", f"docker compose config: {p.stderr.strip()}")
+        files = ["-f", os.path.join(ROOT, COMPOSE)]
+        for extra in ([], ["--profile", "fake"], ["--profile", "monitoring"], ["-f", os.path.join(ROOT, COMPOSE_TLS)]):
+            p = subprocess.run(["docker", "compose", "--project-directory", ROOT, "--env-file", os.path.join(ROOT, ENV_EXAMPLE),
+                                *files, *extra, "config", "-q"], cwd=ROOT, capture_output=True, text=True)
+            shown = " ".join(rel(a) if os.path.isabs(a) else a for a in extra)
+            check(p.returncode == 0, f"docker compose {shown + ' ' if shown else ''}config -q", f"docker compose {shown} config: {p.stderr.strip()}")
     else:
         skip("`docker compose` is not installed: compose's own validation (config -q) not run")
     return info
@@ -1069,8 +1127,10 @@ def nginx_seconds(s):
 def version_tuple(v):
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
-def nginx_test(path, uses_resolve):
-    """`nginx -t` with an nginx binary, when there is one."""
+def nginx_test(path, uses_resolve, tls=None):
+    """`nginx -t` with an nginx binary, when there is one. With `tls` (the certificate and key
+    paths the configuration names, and the folders they are mounted from), a throwaway
+    self-signed pair stands in for them."""
     binary = os.environ.get("NGINX_BIN") or shutil.which("nginx")
     if not binary:
         skip("nginx is not installed: `nginx -t` not run (NGINX_BIN=/path/to/nginx to use one)")
@@ -1085,32 +1145,85 @@ def nginx_test(path, uses_resolve):
         return
     with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(os.path.join(tmp, "logs"))
-        shutil.copy(os.path.join(ROOT, path), os.path.join(tmp, "nginx.conf"))
+        text = read(path)
+        if tls and tls.get("pairs"):
+            if not shutil.which("openssl"):
+                skip("openssl is not installed: no stand-in certificate, `nginx -t` not run")
+                return
+            # The folders the certificates are mounted in become folders of the temporary tree.
+            for target in sorted(tls.get("dirs") or [], key=len, reverse=True):
+                text = text.replace(target.rstrip("/") + "/", os.path.join(tmp, "tls", target.strip("/")) + "/")
+            for cert, key in tls["pairs"]:
+                local = [os.path.join(tmp, "tls", p.strip("/")) for p in (cert, key)]
+                for d in {os.path.dirname(x) for x in local}:
+                    os.makedirs(d, exist_ok=True)
+                p = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                                    "-subj", "/CN=localhost", "-keyout", local[1], "-out", local[0]],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    skip(f"openssl could not make a stand-in certificate ({p.stderr.strip()[:120]}): `nginx -t` not run")
+                    return
+        with open(os.path.join(tmp, "nginx.conf"), "w", encoding="utf-8") as f:
+            f.write(text)
         p = subprocess.run([binary, "-t", "-q", "-p", tmp + "/", "-c", os.path.join(tmp, "nginx.conf"), "-e", "stderr"],
                            capture_output=True, text=True, env=ngx_env)
-        msg = " ".join(l for l in (p.stderr + p.stdout).strip().replace(tmp + "/", "deploy/").splitlines()
+        out = (p.stderr + p.stdout).strip().replace(os.path.join(tmp, "nginx.conf"), rel(path)).replace(tmp + "/", "deploy/")
+        msg = " ".join(l for l in out.splitlines()
                        if "[notice]" not in l)
-        check(p.returncode == 0, f"nginx {version} -t accepts it", f"nginx {version} -t: {msg}")
+        with_cert = " (with a stand-in self-signed certificate)" if tls and tls.get("pairs") else ""
+        check(p.returncode == 0, f"nginx {version} -t accepts it{with_cert}", f"nginx {version} -t: {msg}")
 
-def check_nginx(info):
-    section("deploy/nginx.conf")
-    path = "deploy/nginx.conf"
+def effective(name, *scopes):
+    """The arguments of the innermost `name` directive among nested scopes (outermost first)."""
+    for scope in reversed(scopes):
+        found = find(scope, name)
+        if found:
+            return found[-1][1]
+    return None
+
+def proxying_locations(srv):
+    return [loc for loc in find(srv, "location") if loc[2] is not None and find(loc[2], "proxy_pass")]
+
+def listen_ports(srv):
+    """[(port, parameters)] of a server's `listen` directives."""
+    out = []
+    for d in find(srv, "listen"):
+        if not d[1]:
+            continue
+        addr = d[1][0]
+        port = addr.rsplit(":", 1)[1] if ":" in addr and not addr.endswith("]") else addr
+        out.append((port if port.isdigit() else "80", d[1][1:]))
+    return out
+
+def canonical(nodes):
+    """Directives without their line numbers, to compare two configurations."""
+    return [(name, tuple(args), canonical(children) if children is not None else None)
+            for name, args, children, _ in nodes]
+
+def check_nginx(info, path=None, tls=None, plain=None):
+    """Every check of an nginx configuration for the compose stack; with `tls` (what
+    docker-compose.tls.yml mounts and publishes) also the TLS ones, and with `plain` (the
+    summary of deploy/nginx.conf) that the proxying is the same. Returns a summary."""
+    path = path or NGINX_CONF
+    section(rel(path))
     if not exists(path):
-        fail(f"no {path}")
-        return
+        fail(f"no {rel(path)}")
+        return None
     try:
         tree = nginx_parse(read(path))
     except ValueError as e:
-        fail(f"{path}: {e}")
+        fail(f"{rel(path)}: {e}")
         nginx_test(path, "resolve" in read(path))
-        return
+        return None
     # Directives with a fixed number of arguments: more means a missing ';' before the next line.
     arity = {"proxy_buffering": 1, "proxy_cache": 1, "proxy_http_version": 1, "proxy_read_timeout": 1,
              "proxy_send_timeout": 1, "proxy_connect_timeout": 1, "client_max_body_size": 1,
              "keepalive": 1, "gzip": 1, "server_tokens": 1, "worker_processes": 1,
              "worker_connections": 1, "worker_rlimit_nofile": 1, "resolver_timeout": 1,
              "proxy_next_upstream_tries": 1, "proxy_pass": 1, "proxy_set_header": 2,
-             "proxy_request_buffering": 1, "include": 1, "zone": 2, "chunked_transfer_encoding": 1}
+             "proxy_request_buffering": 1, "include": 1, "zone": 2, "chunked_transfer_encoding": 1,
+             "ssl_certificate": 1, "ssl_certificate_key": 1, "ssl_ciphers": 1, "ssl_prefer_server_ciphers": 1,
+             "ssl_session_timeout": 1, "ssl_session_tickets": 1, "http2": 1, "return": 2, "add_header": 3}
     bad = []
 
     def walk(nodes):
@@ -1123,11 +1236,11 @@ def check_nginx(info):
     if bad:
         fail("; ".join(bad))
         nginx_test(path, "resolve" in read(path))
-        return
+        return None
     ok("blocks balanced, every directive terminated")
     http = find(tree, "http")
     if not check(len(http) == 1 and find(tree, "events"), "events and http blocks", "needs one events and one http block"):
-        return
+        return None
     http = http[0][2]
     resolvers = [d[1] for d in find(http, "resolver")]
     upstreams = {d[1][0]: d[2] for d in find(http, "upstream") if d[1]}
@@ -1188,15 +1301,10 @@ def check_nginx(info):
     limit = (default_toml().get("server") or {}).get("body_limit_bytes", 8388608)
     heartbeat = (default_toml().get("server") or {}).get("heartbeat_seconds", 15)
 
-    def effective(name, *scopes):
-        for scope in reversed(scopes):
-            found = find(scope, name)
-            if found:
-                return found[-1][1]
-        return None
-
     locations = 0
     for srv in servers_blocks:
+        if not proxying_locations(srv):
+            continue  # a server that only redirects or answers by itself
         body_size = effective("client_max_body_size", http, srv)
         b = size_bytes(body_size[0]) if body_size else 1024 ** 2
         check(b is not None and b > limit, f"client_max_body_size {body_size[0] if body_size else '1m'} > switchyard's {limit} bytes",
@@ -1235,9 +1343,413 @@ def check_nginx(info):
                   f"{where}: Connection header set ({conn[0] if conn and conn[0] else 'empty'}: keepalive to replicas)",
                   f"{where}: Connection header not cleared or mapped: upstream keepalive does not work")
             check("upgrade" in headers, f"{where}: passes WebSocket upgrades", f"{where}: no `proxy_set_header Upgrade` (WebSocket transport)")
+        # Metrics are per replica: Prometheus scrapes each one, never the balancer.
+        listen = ", ".join(p + (" ssl" if "ssl" in params else "") for p, params in listen_ports(srv)) or "80"
+        metrics = [loc for loc in find(srv, "location") if "".join(loc[1]) == "=/metrics" and loc[2] is not None]
+        answer = find(metrics[0][2], "return") if metrics else []
+        check(answer and answer[0][1][:1] == ["404"], f"server on {listen}: /metrics answered 404 (not proxied)",
+              f"server on {listen}: /metrics is not answered 404 by nginx (`location = /metrics {{ return 404; }}`): "
+              "clients would see one replica's metrics, picked at random")
     check(locations, f"{locations} proxying location(s)", "no location proxies to switchyard")
 
-    nginx_test(path, uses_resolve)
+    summary = {"tree": tree, "http": http, "servers": servers_blocks, "upstreams": upstreams, "path": path}
+    pairs = check_nginx_tls(summary, tls, plain) if tls is not None else None
+    nginx_test(path, uses_resolve, {"pairs": pairs, "dirs": tls.get("dirs")} if tls is not None else None)
+    return summary
+
+WEAK_PROTOCOLS = {"SSLv2", "SSLv3", "TLSv1", "TLSv1.1"}
+
+def check_nginx_tls(summary, tls, plain):
+    """The TLS checks of deploy/nginx-tls.conf. Returns the (certificate, key) paths it names."""
+    http, servers = summary["http"], summary["servers"]
+    pairs = []
+    ssl_servers = [srv for srv in servers if any("ssl" in params for _, params in listen_ports(srv))]
+    if not check(ssl_servers, f"listen … ssl on {', '.join(p for srv in ssl_servers for p, pa in listen_ports(srv) if 'ssl' in pa)}",
+                 "no server listens with ssl (`listen 8443 ssl;`)"):
+        return pairs
+    clear = [", ".join(p for p, _ in listen_ports(srv)) for srv in servers if proxying_locations(srv) and srv not in ssl_servers]
+    check(not clear, "every server that proxies to switchyard listens with ssl",
+          f"the server on {'; '.join(clear)} proxies to switchyard without ssl: API keys would cross the network in the clear")
+    ssl_ports = {p for srv in ssl_servers for p, params in listen_ports(srv) if "ssl" in params}
+    published = tls.get("https_targets") or []
+    check(published and set(published) <= ssl_ports,
+          f"{rel(COMPOSE_TLS)} publishes container port {', '.join(published)}, where nginx listens with ssl",
+          f"{rel(COMPOSE_TLS)} publishes container port(s) {', '.join(published) or 'none'}, but nginx listens with ssl on "
+          f"{', '.join(sorted(ssl_ports))}")
+
+    # Plain HTTP (the port docker-compose.yml publishes) redirects to the published HTTPS port.
+    for port in tls.get("plain_targets") or []:
+        srvs = [srv for srv in servers if srv not in ssl_servers and port in [p for p, _ in listen_ports(srv)]]
+        if not srvs:
+            ok(f"plain HTTP port {port} (published by {rel(COMPOSE)}) is not served")
+            continue
+        srv = srvs[0]
+        returns = find(srv, "return") + [d for loc in find(srv, "location") if loc[2] for d in find(loc[2], "return")]
+        redirects = [r[1] for r in returns if len(r[1]) == 2 and r[1][0] in ("301", "302", "307", "308")]
+        url = redirects[0][1] if redirects else ""
+        m = re.match(r"https://(?:\[[^\]]*\]|[^/:\[]+)(?::(\$[A-Za-z_][A-Za-z0-9_]*|\d+))?(?:[/$?]|$)", url)
+        if not check(m and len(redirects) == len(returns) and not proxying_locations(srv),
+                     f"plain HTTP on {port} only redirects ({redirects[0][0] if redirects else ''} {url})",
+                     f"plain HTTP on {port} does not only redirect to https:// ({' '.join(returns[0][1]) if returns else 'no return'})"):
+            continue
+        to = m.group(1) or "443"
+        if to.startswith("$"):
+            maps = [d for d in find(http, "map") if len(d[1]) == 2 and d[1][1] == to]
+            default = [d[1][0] for d in (maps[0][2] if maps else []) if d[0] == "default" and d[1]]
+            to = default[0] if default else to
+        want = tls.get("https_published") or []
+        check(to in want and len(set(want)) == 1,
+              f"the redirect goes to port {to}, where {rel(COMPOSE_TLS)} publishes HTTPS (by default and with {rel(ENV_EXAMPLE)})",
+              f"the redirect goes to port {to}, but {rel(COMPOSE_TLS)} publishes HTTPS on {' / '.join(sorted(set(want))) or 'nothing'} "
+              f"(its default and with {rel(ENV_EXAMPLE)}'s value): keep them equal")
+
+    for srv in ssl_servers:
+        where = "server on " + ", ".join(p for p, pa in listen_ports(srv) if "ssl" in pa)
+        # Certificate and key: in a folder docker-compose.tls.yml mounts, git-ignored, described.
+        pair = []
+        for name in ("ssl_certificate", "ssl_certificate_key"):
+            d = effective(name, http, srv)
+            if not check(d, f"{where}: {name} {d[0] if d else ''}", f"{where}: no {name}"):
+                continue
+            pair.append(d[0])
+            source = host_path(tls.get("mounts") or [], d[0])[0] if d[0].startswith("/") else None
+            if not check(source,
+                         f"{where}: {name} is {source} (the folder {rel(COMPOSE_TLS)} mounts on "
+                         f"{posixpath.dirname(d[0])})",
+                         f"{where}: {name} {d[0]} is not in a folder that {rel(COMPOSE_TLS)} mounts"):
+                continue
+            tls.setdefault("secrets", []).append(source)
+        if len(pair) == 2:
+            pairs.append(tuple(pair))
+        # Protocols and ciphers.
+        protocols = effective("ssl_protocols", http, srv)
+        weak = sorted(set(protocols or []) & WEAK_PROTOCOLS)
+        check(protocols and not weak and set(protocols) & {"TLSv1.2", "TLSv1.3"},
+              f"{where}: ssl_protocols {' '.join(protocols or [])}",
+              f"{where}: ssl_protocols {' '.join(weak) + ' allowed' if weak else 'not set (older nginx defaults include TLSv1 and TLSv1.1)' if not protocols else ' '.join(protocols)}: "
+              "TLSv1.2 and TLSv1.3 only")
+        ciphers = effective("ssl_ciphers", http, srv)
+        enabled = [c for c in (ciphers[0].split(":") if ciphers else []) if c and c[0] not in "!-+"]
+        weak = [c for c in enabled if not (c.startswith(("ECDHE-", "DHE-")) and ("GCM" in c or "CHACHA20" in c))]
+        check(enabled and not weak, f"{where}: ssl_ciphers {len(enabled)} forward-secret AEAD suites",
+              f"{where}: ssl_ciphers " + (f"allows {', '.join(weak)}" if weak else "not set (nginx's HIGH:!aNULL:!MD5 includes CBC suites)")
+              + ": name ECDHE/DHE suites with GCM or CHACHA20 only")
+        cache = effective("ssl_session_cache", http, srv)
+        check(cache and any(a.startswith("shared:") for a in cache), f"{where}: ssl_session_cache {' '.join(cache or [])}",
+              f"{where}: no shared ssl_session_cache ({' '.join(cache) if cache else 'none'}): every reconnect pays a full handshake")
+        h2 = effective("http2", http, srv) == ["on"] or any("http2" in pa for _, pa in listen_ports(srv))
+        check(not h2, f"{where}: HTTP/1.1 to clients (no http2: nginx carries no WebSocket over HTTP/2)",
+              f"{where}: http2 is on: nginx does not carry WebSocket upgrades over HTTP/2 (the Responses WebSocket transport)")
+        for loc in proxying_locations(srv):
+            headers = {h[1][0].lower(): h[1][1:] for h in find(loc[2], "proxy_set_header") if h[1]}
+            proto = headers.get("x-forwarded-proto")
+            check(proto in (["$scheme"], ["https"]), f"{where}: location {' '.join(loc[1])}: X-Forwarded-Proto {proto[0] if proto else ''} "
+                  "(switchyard marks the inspector's cookies Secure)",
+                  f"{where}: location {' '.join(loc[1])}: X-Forwarded-Proto is not $scheme or https: the inspector's cookies lose Secure")
+        hsts = [a for a in find(srv, "add_header") if a[1] and a[1][0].lower() == "strict-transport-security"]
+        note(f"{where}: HSTS {'on: ' + ' '.join(hsts[0][1][1:]) if hsts else 'off (commented out: optional)'}")
+
+    # Certificates and keys: never in git, described next to them.
+    for source in dict.fromkeys(tls.get("secrets") or []):
+        folder = os.path.dirname(source)
+        readme = [os.path.join(folder, n) for n in ("README.md", "README") if exists(os.path.join(folder, n))]
+        check(readme and os.path.basename(source) in read(readme[0]),
+              f"{source} is described in {readme[0] if readme else ''} (how to make it)",
+              f"{source} is named in no README in {folder}: say what goes there and how to make it")
+        try:
+            p = subprocess.run(["git", "check-ignore", "-q", "--", source], cwd=ROOT, capture_output=True, text=True)
+        except OSError:
+            p = None
+        if p is None or p.returncode not in (0, 1):
+            skip(f"{source}: git cannot tell whether it is ignored (not a checkout?)")
+        else:
+            check(p.returncode == 0, f"{source} is git-ignored", f"{source} is not git-ignored: a private key could be committed "
+                  f"(a .gitignore in {folder} with `*`, `!.gitignore`, `!README.md`)")
+    for folder in dict.fromkeys(os.path.dirname(s) for s in tls.get("secrets") or []):
+        try:
+            p = subprocess.run(["git", "ls-files", "--", folder], cwd=ROOT, capture_output=True, text=True)
+        except OSError:
+            p = None
+        if p is None or p.returncode != 0:
+            skip(f"{folder}: git ls-files failed: tracked files not checked")
+            continue
+        tracked = [f for f in p.stdout.split() if os.path.basename(f) not in (".gitignore", "README.md", "README")]
+        check(not tracked, f"git tracks nothing in {folder} but its README and .gitignore",
+              f"git tracks {', '.join(tracked)} in the certificate folder {folder}: only its README and .gitignore belong "
+              "there (git rm --cached; a key that was ever committed must be replaced)")
+
+    # The proxying must be nginx.conf's: copies of one another, checked to stay so.
+    if plain is None:
+        skip(f"{rel(NGINX_CONF)} could not be read: the proxying is not compared")
+        return pairs
+    def proxy_parts(s):
+        h = s["http"]
+        srvs = [srv for srv in s["servers"] if proxying_locations(srv)]
+        return {
+            "resolver": canonical(find(h, "resolver") + find(h, "resolver_timeout")),
+            "WebSocket map": canonical([d for d in find(h, "map") if d[1][:1] == ["$http_upgrade"]]),
+            "upstreams": canonical(find(h, "upstream")),
+            "locations": [canonical(find(srv, "location")) for srv in srvs],
+            "client_max_body_size": [effective("client_max_body_size", h, srv) for srv in srvs],
+        }
+    mine, theirs = proxy_parts(summary), proxy_parts(plain)
+    differ = [k for k in mine if mine[k] != theirs[k]]
+    check(not differ, f"resolver, WebSocket map, upstreams and locations are {rel(NGINX_CONF)}'s",
+          f"{', '.join(differ)} differ from {rel(NGINX_CONF)}'s: change both files together")
+    return pairs
+
+# ---------------------------------------------------------------------------------------------
+# docker-compose.tls.yml, and Prometheus in docker-compose.yml
+# ---------------------------------------------------------------------------------------------
+
+def volume_target(v):
+    if isinstance(v, dict):
+        return v.get("target")
+    parts = str(v).split(":")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+def bind_mounts(service):
+    """[(source, target, read_only)] of a service's bind mounts (short or long syntax)."""
+    out = []
+    for v in service.get("volumes") or []:
+        if isinstance(v, dict):
+            if v.get("type") == "bind":
+                out.append((v.get("source"), v.get("target"), bool(v.get("read_only"))))
+            continue
+        parts = str(v).split(":")
+        if len(parts) > 1 and parts[0].startswith((".", "/")):
+            out.append((parts[0], parts[1], len(parts) > 2 and "ro" in parts[2].split(",")))
+    return out
+
+def named_volumes(service):
+    """{target: volume name} of a service's named volumes."""
+    out = {}
+    for v in service.get("volumes") or []:
+        if isinstance(v, dict):
+            if v.get("type") == "volume" and v.get("source"):
+                out[v.get("target")] = v["source"]
+            continue
+        parts = str(v).split(":")
+        if len(parts) > 1 and not parts[0].startswith((".", "/", "~")):
+            out[parts[1]] = parts[0]
+    return out
+
+def host_path(mounts, container_path):
+    """(source in the repository, read_only) of a path in the container, through the bind mount
+    whose target holds it (the longest); (None, None) when none does."""
+    best = None
+    for source, target, ro in mounts:
+        t = posixpath.normpath(target)
+        if container_path == t or container_path.startswith(t.rstrip("/") + "/"):
+            if best is None or len(t) > len(best[1]):
+                best = (source, t, ro)
+    if best is None:
+        return None, None
+    rest = container_path[len(best[1]):].lstrip("/")
+    return os.path.normpath(os.path.join(best[0], rest) if rest else best[0]), best[2]
+
+def published_ports(service):
+    """[(host address or "", published, target)] of a service's ports."""
+    out = []
+    for p in service.get("ports") or []:
+        if isinstance(p, dict):
+            out.append((str(p.get("host_ip") or ""), str(p.get("published") or ""), str(p.get("target") or "")))
+            continue
+        parts = str(p).split("/")[0].rsplit(":", 2)
+        parts = [""] * (3 - len(parts)) + parts
+        out.append(tuple(parts))
+    return out
+
+def merge_service(base, over):
+    """docker compose's merge of an override into a service, for the keys checked here."""
+    out = dict(base)
+    for k, v in (over or {}).items():
+        if k == "volumes":
+            merged = {volume_target(x): x for x in base.get("volumes") or []}
+            merged.update({volume_target(x): x for x in v or []})
+            out[k] = list(merged.values())
+        elif k in ("ports", "expose"):
+            out[k] = list(base.get(k) or []) + [x for x in v or [] if x not in (base.get(k) or [])]
+        elif k == "environment":
+            out[k] = {**env_dict(base), **env_dict(over)}
+        elif isinstance(v, dict) and isinstance(base.get(k), dict):
+            out[k] = {**base[k], **v}
+        else:
+            out[k] = v
+    return out
+
+def check_tls(info, plain):
+    section(f"{rel(COMPOSE_TLS)} (HTTPS through nginx)")
+    if not exists(COMPOSE_TLS):
+        fail(f"no {rel(COMPOSE_TLS)}")
+        return
+    try:
+        import yaml
+    except ImportError:
+        skip("PyYAML is not installed: the HTTPS override is not checked")
+        return
+    if not info.get("resolved"):
+        skip(f"{rel(COMPOSE)} could not be read: the HTTPS override is not checked")
+        return
+    try:
+        over = yaml.safe_load(read(COMPOSE_TLS)) or {}
+    except yaml.YAMLError as e:
+        fail(f"{rel(COMPOSE_TLS)} is not valid YAML: {e}")
+        return
+    osvcs = over.get("services") if isinstance(over, dict) else None
+    base = info.get("services") or {}
+    if not check(isinstance(osvcs, dict) and osvcs and set(osvcs) <= set(base),
+                 f"parses: overrides {', '.join(osvcs or [])} of {rel(COMPOSE)}",
+                 f"does not parse to services of {rel(COMPOSE)} to override: {sorted(set(osvcs or []) - set(base)) or 'none'}"):
+        return
+    active, documented = info.get("active") or {}, info.get("documented") or set()
+    used = sorted({e[0] for s in strings(over) for e in expansions(s)})
+    undocumented = [n for n in used if n not in documented]
+    check(not undocumented, f"its variables are documented in {rel(ENV_EXAMPLE)} ({', '.join(used) or 'none'})",
+          f"variables used but not in {rel(ENV_EXAMPLE)}: {', '.join(undocumented)}")
+    try:
+        rover, rdefault = interpolate_tree(over, active), interpolate_tree(over, {})
+    except Missing as e:
+        fail(f"does not interpolate with {rel(ENV_EXAMPLE)}'s values: {e}")
+        return
+    ngx = (info.get("nginx") or {}).get("service")
+    if not check(ngx in osvcs, f"overrides {ngx}, the nginx service", f"does not override the nginx service ({ngx})"):
+        return
+    rbase = info["resolved"]["services"][ngx]
+    o = rover["services"][ngx] or {}
+    merged = merge_service(rbase, o)
+
+    # Its nginx configuration takes the place of docker-compose.yml's.
+    base_conf = [(s, t) for s, t, _ in bind_mounts(rbase) if t.endswith("nginx.conf")]
+    target = base_conf[0][1] if base_conf else "/etc/nginx/nginx.conf"
+    conf = [s for s, t, _ in bind_mounts(o) if posixpath.normpath(t) == posixpath.normpath(target)]
+    check(conf, f"{ngx}: mounts {conf[0] if conf else ''} on {target}, in place of {base_conf[0][0] if base_conf else 'nginx.conf'}",
+          f"{ngx}: mounts no nginx configuration on {target} (where {rel(COMPOSE)} mounts "
+          f"{base_conf[0][0] if base_conf else 'its'}): nginx would keep serving plain HTTP only")
+    # Every mount exists and is read-only, but the git-ignored certificates, not in the repository.
+    mounts = bind_mounts(o)
+    for source, t, ro in mounts:
+        check(exists(source) and ro, f"{ngx}: mounts {source} on {t}, read-only",
+              f"{ngx}: mounts {source} on {t}, " + ("which does not exist" if not exists(source) else "writable (add :ro)"))
+    # Ports: HTTPS added, plain HTTP kept (it redirects).
+    base_ports = published_ports(rbase)
+    https = [p for p in published_ports(o)]
+    https_targets = [t for _, _, t in https]
+    check(https and set(published_ports(merged)) >= set(base_ports),
+          f"{ngx}: publishes {', '.join(':'.join(x for x in p[:2] if x) + '->' + p[2] for p in https)} besides "
+          f"{rel(COMPOSE)}'s {', '.join(p[1] + '->' + p[2] for p in base_ports)}",
+          f"{ngx}: publishes no HTTPS port")
+    defaults = [t[1] for t in published_ports(rdefault["services"][ngx] or {}) if t[2] in https_targets]
+    tls = {
+        "mounts": mounts,
+        "dirs": [t for s, t, _ in mounts if exists(s) and os.path.isdir(os.path.join(ROOT, s))],
+        "https_targets": https_targets,
+        "https_published": [p[1] for p in https] + defaults,
+        "plain_targets": [t for _, _, t in base_ports],
+    }
+    path = NGINX_TLS_CONF or (conf[0] if conf else None)
+    if not path:
+        return
+    tls_info = dict(info)
+    tls_info["nginx"] = {**(info.get("nginx") or {}), "image": merged.get("image")}
+    check_nginx(tls_info, path, tls, plain)
+
+def check_prometheus(info):
+    section(f"Prometheus in {rel(COMPOSE)}")
+    services, resolved = info.get("services") or {}, info.get("resolved")
+    if not info.get("doc") or not resolved:
+        skip(f"{rel(COMPOSE)} could not be read with PyYAML: Prometheus not checked")
+        return
+    import yaml
+    proms = [svc for svc, s in services.items()
+             if str(s.get("image", "")).split("@")[0].rsplit("/", 1)[-1].split(":")[0] == "prometheus"]
+    if not check(proms, f"{', '.join(proms)}: runs Prometheus", "no service runs Prometheus (image prom/prometheus)"):
+        return
+    replicas = info.get("replicas") or []
+    for svc in proms:
+        s, r = services[svc], resolved["services"][svc]
+        image = str(s.get("image"))
+        tag = image.rsplit("/", 1)[-1].split(":", 1)[1].split("@")[0] if ":" in image.rsplit("/", 1)[-1] else ""
+        check("@sha256:" in image or re.fullmatch(r"v?\d+\.\d+\.\d+", tag),
+              f"{svc}: image {image} is pinned to a release",
+              f"{svc}: image {image} is not pinned to a release (vX.Y.Z, or a digest): `{tag or 'latest'}` changes under you")
+        profiles = s.get("profiles") or []
+        check(profiles, f"{svc}: only with --profile {' or '.join(profiles)} (a plain `docker compose up` leaves it out)",
+              f"{svc}: in no profile: every `docker compose up` starts it")
+        env_text = read(ENV_EXAMPLE) if exists(ENV_EXAMPLE) else ""
+        said = [p for p in profiles if re.search(r"^#?\s*COMPOSE_PROFILES=.*\b" + re.escape(p) + r"\b", env_text, re.M)]
+        check(said, f"{svc}: {rel(ENV_EXAMPLE)} says how to enable it (COMPOSE_PROFILES={said[0] if said else ''})",
+              f"{svc}: {rel(ENV_EXAMPLE)} does not show COMPOSE_PROFILES with {' or '.join(profiles) or 'its profile'}")
+
+        argv = as_list(r.get("command"))
+        def flag(name, default):
+            for i, a in enumerate(argv):
+                if a.startswith(name + "="):
+                    return a.split("=", 1)[1]
+                if a == name and i + 1 < len(argv):
+                    return argv[i + 1]
+            return default
+        conf = flag("--config.file", "/etc/prometheus/prometheus.yml")
+        data = flag("--storage.tsdb.path", "/prometheus")
+        mounts = bind_mounts(r)
+        source, ro = host_path(mounts, conf)
+        if not check(source and exists(source) and os.path.isfile(os.path.join(ROOT, source)),
+                     f"{svc}: --config.file {conf} is {source}",
+                     f"{svc}: --config.file {conf} is not a mounted file of the repository (Prometheus would run the image's example)"):
+            continue
+        check(ro, f"{svc}: {source} is mounted read-only", f"{svc}: {source} is mounted writable (add :ro)")
+        check(os.path.normpath(source) == "deploy/prometheus/prometheus.yml",
+              f"{svc}: it is the configuration .ci/check-observability.sh checks (promtool)",
+              f"{svc}: it loads {source}, not deploy/prometheus/prometheus.yml, which .ci/check-observability.sh checks")
+        config_path = PROM_CONFIG or source
+        try:
+            pdoc = yaml.safe_load(read(config_path)) or {}
+        except (OSError, yaml.YAMLError) as e:
+            fail(f"{svc}: {rel(config_path)} cannot be read: {e}")
+            continue
+        rule_files = pdoc.get("rule_files") or []
+        check(rule_files, f"{svc}: {rel(config_path)} loads rule_files {', '.join(rule_files)}",
+              f"{svc}: {rel(config_path)} has no rule_files: no alert is evaluated")
+        for rf in rule_files:
+            inside = rf if rf.startswith("/") else posixpath.normpath(posixpath.join(posixpath.dirname(conf), rf))
+            rsource, rro = host_path(mounts, inside)
+            found = glob.glob(os.path.join(ROOT, rsource)) if rsource else []
+            check(found and rro, f"{svc}: rule_files {rf} is {inside}, mounted read-only from {rsource}",
+                  f"{svc}: rule_files {rf} ({inside} in the container) is "
+                  + ("mounted writable (add :ro)" if found else "not a mounted file of the repository: the alerts would not load"))
+        volume = named_volumes(r).get(posixpath.normpath(data))
+        check(volume and volume in ((info["doc"].get("volumes") or {})),
+              f"{svc}: its data ({data}) on the named volume {volume}",
+              f"{svc}: {data} (--storage.tsdb.path) is not on a named volume of the file: the data goes with the container")
+        ports = published_ports(r)
+        loopback = ("127.0.0.1", "::1", "[::1]", "localhost")
+        wide = [p for p in ports if p[0] not in loopback]
+        check(not wide, f"{svc}: published on " + (", ".join(f"{a}:{p}->{t}" for a, p, t in ports) or "no port")
+              + " only (its UI and API have no authentication)",
+              f"{svc}: published on every address: {', '.join(':'.join(x for x in p[:2] if x) + '->' + p[2] for p in wide)} "
+              "(bind it to 127.0.0.1)")
+        dep = s.get("depends_on") or {}
+        dep = list(dep) if isinstance(dep, (dict, list)) else []
+        check(set(replicas) <= set(dep), f"{svc}: starts after the replicas", f"{svc}: does not depend on every replica")
+
+        # Its job `switchyard` scrapes each replica on its port, not the balancer.
+        jobs = {j.get("job_name"): j for j in pdoc.get("scrape_configs") or [] if isinstance(j, dict)}
+        job = jobs.get("switchyard")
+        if not check(job, f"{svc}: {rel(config_path)} has a job switchyard (the alerts select it)",
+                     f"{svc}: {rel(config_path)} has no job named switchyard"):
+            continue
+        targets = {t for sc in job.get("static_configs") or [] for t in sc.get("targets") or []}
+        want = {f"{rep}:{info.get('port') or '8080'}" for rep in replicas}
+        check(targets == want, f"{svc}: job switchyard scrapes the replicas directly: {', '.join(sorted(targets))}",
+              f"{svc}: job switchyard scrapes {', '.join(sorted(targets)) or 'nothing'}; the compose replicas are "
+              f"{', '.join(sorted(want))}")
+        ngx = (info.get("nginx") or {}).get("service")
+        via = sorted(t for j in jobs.values() for sc in j.get("static_configs") or [] for t in sc.get("targets") or []
+                     if ngx and t.split(":")[0] == ngx)
+        check(job.get("metrics_path", "/metrics") == "/metrics" and job.get("scheme", "http") == "http" and not via,
+              f"{svc}: at http://…/metrics, and no job scrapes {ngx} (it answers 404 for /metrics)",
+              f"{svc}: scrapes {job.get('scheme', 'http')}://…{job.get('metrics_path', '/metrics')}"
+              + (f" and {', '.join(via)} (nginx answers 404 for /metrics)" if via else "") + ": switchyard serves http://…:8080/metrics")
 
 # ---------------------------------------------------------------------------------------------
 # switchyard's own view of the replicas' configuration
@@ -1251,8 +1763,8 @@ def check_config(info):
         return
     try:
         import yaml
-        doc = yaml.safe_load(read("docker-compose.yml"))
-        active, _ = parse_env_file(".env.example")
+        doc = yaml.safe_load(read(COMPOSE))
+        active, _ = parse_env_file(ENV_EXAMPLE)
     except Exception as e:
         skip(f"compose not readable ({e}): check-config not run")
         return
@@ -1404,9 +1916,11 @@ MEMBERS[:] = members or []
 if members is not None:
     ok(f"{len(members)} members: " + ", ".join(f"{m['name']} ({m['dir']})" for m in members))
 compose_info = check_compose()
+check_prometheus(compose_info)
 stages = check_dockerfile(members, compose_info)
 check_dockerignore(members)
-check_nginx(compose_info)
+plain_nginx = check_nginx(compose_info)
+check_tls(compose_info, plain_nginx)
 check_config(compose_info)
 if BUILD:
     emulate_build(stages)
