@@ -57,6 +57,9 @@ pub struct Config {
     /// The run inspector's pages under `/ui`.
     #[serde(default)]
     pub ui: UiConfig,
+    /// Traces over OTLP.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// Where each value came from, for messages that name it.
     #[serde(skip)]
     origin: Origin,
@@ -392,6 +395,33 @@ pub struct ReasoningConfig {
     pub previous_encryption_keys: Vec<Secret>,
 }
 
+/// `[telemetry]`: traces sent over OTLP (HTTP, protobuf) to a collector; off while
+/// `otlp_endpoint` is empty.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's base URL (`http://collector:4318`): spans go to `{otlp_endpoint}/v1/traces`.
+    pub otlp_endpoint: String,
+    /// Headers sent with every export (a vendor's key, say); `${VAR}` reads the environment.
+    pub otlp_headers: BTreeMap<String, String>,
+    /// The share of traces kept, 0 to 1, for those whose client sent no `traceparent` (a
+    /// client's sampled flag is followed).
+    pub sample_ratio: f64,
+    /// `service.name` on every span.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> TelemetryConfig {
+        TelemetryConfig {
+            otlp_endpoint: String::new(),
+            otlp_headers: BTreeMap::new(),
+            sample_ratio: 1.0,
+            service_name: "switchyard".to_owned(),
+        }
+    }
+}
+
 /// `[ui]`: the run inspector (`/ui`, SPEC §17), the operator's switches.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -618,6 +648,10 @@ impl Config {
                     *value = redact::header_value(value);
                 }
             }
+        }
+        shown.telemetry.otlp_endpoint = redact::url(&shown.telemetry.otlp_endpoint);
+        for value in shown.telemetry.otlp_headers.values_mut() {
+            *value = redact::header_value(value);
         }
         for server in shown.mcp_servers.values_mut() {
             server.url = server.url.as_deref().map(redact::url);

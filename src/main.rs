@@ -109,14 +109,33 @@ async fn main() -> ExitCode {
     // The only subscriber of the process: it cannot be installed already. The service logs to
     // stdout; the other commands print their answer there (a key, the configuration), so
     // their logs go to stderr.
-    let sink = match cli.command {
-        None | Some(Command::Serve) => telemetry::Sink::Stdout,
-        Some(_) => telemetry::Sink::Stderr,
+    let serving = matches!(cli.command, None | Some(Command::Serve));
+    let sink = match serving {
+        true => telemetry::Sink::Stdout,
+        false => telemetry::Sink::Stderr,
     };
-    let _ = telemetry::init(sink);
+    // Loaded first: the service's traces are configured there (a configuration that cannot be
+    // read is said on stderr, without logging).
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
-        Err(e) => return refuse(&e),
+        Err(e) => {
+            let _ = telemetry::init(sink);
+            return refuse(&e);
+        }
+    };
+    // Traces only for a configuration `serve` accepts (else it is refused below, as always).
+    let traces = match serving && config.validate().errors.is_empty() {
+        true => match telemetry::init_service(sink, &config.telemetry) {
+            Ok(traces) => traces,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        },
+        false => {
+            let _ = telemetry::init(sink);
+            None
+        }
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => match check(&config) {
@@ -137,6 +156,9 @@ async fn main() -> ExitCode {
         Command::Probe => probe(&config).await,
         Command::Keys(command) => keys(config, command).await,
     };
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

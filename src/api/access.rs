@@ -66,7 +66,35 @@ pub fn span(request: &Request<Body>) -> Span {
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(address)| tracing::field::display(address));
-    tracing::info_span!(
+    if !crate::telemetry::on() {
+        return tracing::info_span!(
+            "request",
+            method = %request.method(),
+            route,
+            request_id = id,
+            client,
+            tenant = tracing::field::Empty,
+            key_id = tracing::field::Empty,
+            response_id = tracing::field::Empty,
+        );
+    }
+    // Probes and scrapes are not traced (a trace every few seconds from each probe): their span
+    // has a target the traces leave out.
+    if is_probe(route) {
+        return tracing::info_span!(
+            target: PROBE_TARGET,
+            "request",
+            method = %request.method(),
+            route,
+            request_id = id,
+            client,
+            tenant = tracing::field::Empty,
+            key_id = tracing::field::Empty,
+            response_id = tracing::field::Empty,
+        );
+    }
+    // With traces: named and typed as OpenTelemetry's HTTP server spans, in the client's trace.
+    let span = tracing::info_span!(
         "request",
         method = %request.method(),
         route,
@@ -75,7 +103,14 @@ pub fn span(request: &Request<Body>) -> Span {
         tenant = tracing::field::Empty,
         key_id = tracing::field::Empty,
         response_id = tracing::field::Empty,
-    )
+        otel.name = %format_args!("{} {route}", request.method()),
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::continue_trace(&span, request.headers());
+    span
 }
 
 /// Records the response a request serves in its span (and so on its access line).
@@ -95,6 +130,9 @@ pub fn called_by(caller: &crate::auth::Caller) {
 /// An error response's `error.code` (else its `error.type`), for the access line.
 #[derive(Clone)]
 pub struct ErrorCode(pub Box<str>);
+
+/// The target of a probe's request span, which traces leave out.
+pub const PROBE_TARGET: &str = "switchyard::api::probe";
 
 /// The routes of probes and scrapers, whose access lines are at DEBUG.
 fn is_probe(route: &str) -> bool {
@@ -134,6 +172,9 @@ pub async fn log(request: Request<Body>, next: Next) -> Response<Body> {
         access_line!(tracing::Level::DEBUG);
     } else {
         access_line!(tracing::Level::INFO);
+    }
+    if crate::telemetry::on() {
+        tracing::Span::current().record("http.response.status_code", status);
     }
     crate::metrics::http_request(method.as_str(), route, status, took);
     response

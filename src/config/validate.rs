@@ -28,6 +28,7 @@ pub(super) fn all(config: &Config) -> Findings {
     check.tool_servers();
     check.mcp_servers();
     check.runs();
+    check.telemetry();
     check.environment();
     check.findings
 }
@@ -513,6 +514,21 @@ impl Check<'_> {
                 }
             }
         }
+    }
+
+    fn telemetry(&mut self) {
+        let telemetry = &self.config.telemetry;
+        let path = |leaf: &str| at(&["telemetry", leaf]);
+        if !telemetry.otlp_endpoint.is_empty() {
+            self.http_url(&path("otlp_endpoint"), None, &telemetry.otlp_endpoint);
+        }
+        if !(0.0..=1.0).contains(&telemetry.sample_ratio) {
+            self.error(&path("sample_ratio"), "must be between 0 and 1");
+        }
+        if telemetry.service_name.trim().is_empty() {
+            self.error(&path("service_name"), "must not be empty");
+        }
+        self.header_values(&path("otlp_headers"), &telemetry.otlp_headers, true);
     }
 
     fn runs(&mut self) {

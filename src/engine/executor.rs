@@ -107,14 +107,15 @@ impl TurnCalls {
     pub fn run(&mut self, slot: usize, tool: Arc<RegisteredTool>, context: ToolContext) {
         let arguments = self.calls[slot].arguments.clone();
         let max_output_bytes = self.max_output_bytes;
+        // The call's span (its own when traces are on, else its run's).
+        let span = crate::telemetry::tool_span(&self.calls[slot].name, &context.call_id);
         let running = self.running();
         let events = running.events.clone();
         let limit = running.limit.clone();
         // The set aborts unfinished calls when the turn is dropped (cancel, shutdown). The
         // call logs in its run's span.
-        running
-            .tasks
-            .spawn(tracing::Instrument::in_current_span(async move {
+        running.tasks.spawn(tracing::Instrument::instrument(
+            async move {
                 let Ok(_permit) = limit.acquire_owned().await else {
                     return;
                 };
@@ -125,7 +126,9 @@ impl TurnCalls {
                 let mut result = execute(&tool, context, &arguments, output).await;
                 result.cut_to(max_output_bytes);
                 let _ = events.send(CallEvent::Done(slot, result));
-            }));
+            },
+            span,
+        ));
     }
 
     /// Records a call that is not executed, with the reason as its error result.
@@ -168,6 +171,7 @@ async fn execute(
         Some(ToolErrorKind::Cancelled) => "cancelled",
     };
     crate::metrics::tool_call(&tool.server_label, &name, outcome, took);
+    crate::telemetry::tool_outcome(outcome);
     match result.error {
         None => {
             tracing::info!(call_id = %call_id, tool = %name, elapsed_ms, outcome, "tool call finished")

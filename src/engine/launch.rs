@@ -355,7 +355,7 @@ impl Engine {
         // Boxed: an async block keeps a future it captures and awaits twice (as the captured
         // value and as the awaited state); a box makes the second copy a pointer.
         let execution = Box::pin(AssertUnwindSafe(Box::new(task).execute()).catch_unwind());
-        let span = tracing::info_span!("run", response_id = %id);
+        let span = crate::telemetry::run_span(&id);
         let run = async move {
             // A bug must not leave the run in progress for ever: fail it and close its log.
             if execution.await.is_err() {

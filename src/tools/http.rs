@@ -99,7 +99,10 @@ impl ToolHandler for HttpTool {
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }
-        let response = match request.send().await {
+        // The call's trace goes on at the tool server (W3C `traceparent`), when traces are on.
+        let mut trace = reqwest::header::HeaderMap::new();
+        crate::telemetry::inject(&mut trace);
+        let response = match request.headers(trace).send().await {
             Ok(response) => response,
             Err(e) => {
                 return ToolResult::failure(

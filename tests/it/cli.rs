@@ -105,6 +105,9 @@ url = "postgres://app:db-password@db.internal/switchyard"
 name = "search"
 url = "https://user:url-password@search.internal/q?api_key=sk-query-key&lang=en"
 headers = { Authorization = "Bearer sk-inline-header", "X-Token" = "${SEARCH_TOKEN}" }
+[telemetry]
+otlp_endpoint = "https://otel:otlp-password@collector.internal:4318"
+otlp_headers = { "x-api-key" = "sk-otlp-header" }
 "#,
     );
     let Output {
@@ -123,6 +126,8 @@ headers = { Authorization = "Bearer sk-inline-header", "X-Token" = "${SEARCH_TOK
         "sk-query-key",
         "sk-inline-header",
         "from-env",
+        "otlp-password",
+        "sk-otlp-header",
     ] {
         assert!(
             !out.contains(secret) && !err.contains(secret),

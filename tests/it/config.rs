@@ -128,6 +128,25 @@ fn a_value_of_the_wrong_type_does_not_hide_the_other_problems_of_the_configurati
 }
 
 #[test]
+fn a_trace_sample_ratio_outside_zero_to_one_and_a_collector_that_is_not_http_are_refused() {
+    let file = ConfigFile::new(
+        "[telemetry]\notlp_endpoint = \"grpc://collector:4317\"\nsample_ratio = 1.5\n",
+    );
+    let stderr = refused(Binary::new().config_file(&file.path));
+    let path = &file.path;
+    assert_line(
+        &stderr,
+        &format!("error: telemetry.sample_ratio in {path}: must be between 0 and 1"),
+    );
+    assert_line(
+        &stderr,
+        &format!(
+            "error: telemetry.otlp_endpoint in {path}: \"grpc://collector:4317\" is not an http:// or https:// URL"
+        ),
+    );
+}
+
+#[test]
 fn a_value_of_the_wrong_type_in_the_file_names_its_key_and_file() {
     assert_refused(
         "[server]\nport = \"abc\"\n",

@@ -28,4 +28,5 @@ mod schema;
 mod store_contract;
 mod text_tools;
 mod tools;
+mod traces;
 mod upstream;

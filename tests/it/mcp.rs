@@ -117,7 +117,7 @@ fn counter_over_stdio(dir: &Path) -> McpServerConfig {
 }
 
 /// A server process a test started itself; killed when dropped.
-struct Process(std::process::Child);
+pub(crate) struct Process(std::process::Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -163,7 +163,7 @@ async fn everything_over_http() -> (Process, String) {
 
 /// The Python server over streamable HTTP on a port of its own, keeping its counts in `dir`;
 /// returns its URL once it listens.
-async fn counter_over_http(dir: &Path) -> (Process, String) {
+pub(crate) async fn counter_over_http(dir: &Path) -> (Process, String) {
     let installed = installed();
     let port = free_port();
     let child = std::process::Command::new(&installed.python)
@@ -847,7 +847,7 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
     };
     let mut metrics = scrape().await;
     for _ in 0..100 {
-        if metrics.contains(r#"switchyard_mcp_server_tools{server="metered"} 7"#) {
+        if metrics.contains(r#"switchyard_mcp_server_tools{server="metered"} 8"#) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -872,9 +872,9 @@ async fn an_mcp_servers_state_is_in_the_metrics() {
         .lines()
         .find_map(|l| l.strip_prefix(r#"switchyard_mcp_server_tools{server="metered"}"#))
         .unwrap();
-    // count, wait, fail, header, record_header, grow and calculator (builtin's has the same
-    // name: a tool belongs to its server); broken has a bad schema
-    assert_eq!(tools.trim(), "7");
+    // count, wait, fail, header, record_header, record_traceparent, grow and calculator
+    // (builtin's has the same name: a tool belongs to its server); broken has a bad schema
+    assert_eq!(tools.trim(), "8");
 }
 
 #[tokio::test]

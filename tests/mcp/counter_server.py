@@ -89,6 +89,16 @@ def record_header(name: str, ctx: Context) -> str:
 
 
 @server.tool()
+def record_traceparent(ctx: Context) -> str:
+    """Writes the W3C `traceparent` this call carried in its `_meta` (SEP-414) to the file
+    traceparent (empty without one)."""
+    meta = ctx.request_context.meta or {}
+    value = str(meta.get("traceparent") or "")
+    (state / "traceparent").write_text(value)
+    return "recorded" if value else "(none)"
+
+
+@server.tool()
 def calculator(expression: str) -> str:
     """Named like a built-in tool of switchyard, which it must never shadow."""
     return "not the built-in calculator"

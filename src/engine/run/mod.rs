@@ -266,7 +266,9 @@ impl RunTask {
         // Results of server calls not saved yet: saved while the next turn's request goes out.
         let mut unsaved = false;
         for number in 1..=max_turns {
-            let turn = match self.model_turn(std::mem::take(&mut unsaved)).await {
+            let span = crate::telemetry::turn_span(&self.model.request.model);
+            let turn = self.model_turn(std::mem::take(&mut unsaved));
+            let turn = match tracing::Instrument::instrument(turn, span).await {
                 Ok(turn) => turn,
                 Err(ending) => return ending,
             };

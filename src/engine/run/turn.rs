@@ -192,8 +192,14 @@ impl RunTask {
                 Ok(ModelEvent::ReasoningDetails(fragments)) => {
                     crate::llm::opaque::merge_details(&mut turn.details, fragments);
                 }
-                Ok(ModelEvent::Usage(usage)) => self.model.usage.add(&usage),
-                Ok(ModelEvent::Finish(reason)) => turn.finish = Some(reason),
+                Ok(ModelEvent::Usage(usage)) => {
+                    crate::telemetry::turn_usage(usage.input_tokens, usage.output_tokens);
+                    self.model.usage.add(&usage);
+                }
+                Ok(ModelEvent::Finish(reason)) => {
+                    crate::telemetry::turn_finished(&reason);
+                    turn.finish = Some(reason);
+                }
                 Err(e) => {
                     Box::pin(self.close_open(&mut open)).await;
                     return Err(upstream_ending(e));

@@ -25,7 +25,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
     ClientConfig, ClientRequest, Implementation, ProgressNotificationParam, ProgressToken,
-    RequestId, ServerResult,
+    RequestId, RequestParamsMeta as _, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -565,6 +565,10 @@ impl Link {
             Value::Object(arguments) => Some(arguments),
             _ => None,
         };
+        // The call's trace goes on at the server, in `_meta` (SEP-414), when traces are on.
+        if let Some(traceparent) = crate::telemetry::traceparent() {
+            params.set_traceparent(&traceparent);
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let handle = match peer
             .send_request_with_option(request, PeerRequestOptions::no_options())
