@@ -397,7 +397,9 @@ struct EscapingVisitor<'writer> {
 
 impl EscapingVisitor<'_> {
     fn write(&mut self, field: &Field, value: &str) {
-        if self.result.is_err() {
+        // What only traces read (a span's OpenTelemetry name and kind, its HTTP attributes,
+        // which repeat the method, route and status the line has): not on plain lines.
+        if self.result.is_err() || is_for_traces(field.name()) {
             return;
         }
         let separator = if self.first { "" } else { " " };
@@ -421,6 +423,11 @@ impl Visit for EscapingVisitor<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.write(field, &format!("{value:?}"));
     }
+}
+
+/// A span field only traces read.
+fn is_for_traces(name: &str) -> bool {
+    name.starts_with("otel.") || name.starts_with("http.")
 }
 
 /// `text` with its control characters written as escapes (`\n`, `\u{1b}`, …).

@@ -170,6 +170,16 @@ async fn a_run_is_traced_in_the_clients_trace_with_its_turns_and_tool_calls_and_
     assert_eq!(reply.status(), 200);
     let body: serde_json::Value = reply.json().await.unwrap();
     assert_eq!(body["status"], "completed", "{body}");
+    // The log lines stay as they are without traces: what only traces read is not on them.
+    let access = instance
+        .logs
+        .wait_for(|l| l.contains("switchyard::access") && l.contains("route=\"/v1/responses\""))
+        .await;
+    assert!(
+        !access.contains("otel.") && !access.contains("http."),
+        "{access}"
+    );
+    assert!(access.contains("tenant=\"default\""), "{access}");
 
     // The last spans are sent when the service stops.
     instance.terminate();
