@@ -282,7 +282,8 @@ pub fn turn_finished(reason: &crate::llm::FinishReason) {
     Span::current().set_attribute("gen_ai.response.finish_reasons", reasons);
 }
 
-/// A server tool call's span (`execute_tool {name}`), or none while traces are off.
+/// A server tool call's span (`execute_tool {name}`); while traces are off, the current span
+/// (its run's), in which the call then logs.
 pub fn tool_span(name: &str, call_id: &str) -> Span {
     if !on() {
         return Span::current();

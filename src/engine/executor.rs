@@ -113,7 +113,7 @@ impl TurnCalls {
         let events = running.events.clone();
         let limit = running.limit.clone();
         // The set aborts unfinished calls when the turn is dropped (cancel, shutdown). The
-        // call logs in its run's span.
+        // call logs in its span.
         running.tasks.spawn(tracing::Instrument::instrument(
             async move {
                 let Ok(_permit) = limit.acquire_owned().await else {
