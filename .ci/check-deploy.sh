@@ -111,32 +111,10 @@ for a in ARGS:
         print(f"usage: bash .ci/check-deploy.sh [--build] (unknown argument {a!r})", file=sys.stderr)
         sys.exit(2)
 
-counts = {"passed": 0, "failed": 0, "skipped": 0}
-
-def section(title):
-    print(f"\n== {title}")
-
-def ok(msg):
-    counts["passed"] += 1
-    print(f"  ok    {msg}")
-
-def fail(msg):
-    counts["failed"] += 1
-    print(f"  FAIL  {msg}")
-
-def skip(msg):
-    counts["skipped"] += 1
-    print(f"  skip  {msg}")
-
-def note(msg):
-    print(f"        {msg}")
-
-def check(cond, good, bad):
-    if cond:
-        ok(good)
-    else:
-        fail(bad)
-    return cond
+# The reporting helpers every check script shares (.ci/report.py), not compiled into .ci/.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.getcwd(), ".ci"))
+from report import check, fail, finish, note, ok, section, skip  # noqa: E402
 
 def read(path):
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
@@ -1924,8 +1902,7 @@ check_tls(compose_info, plain_nginx)
 check_config(compose_info)
 if BUILD:
     emulate_build(stages)
-print(f"\ncheck-deploy: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
-sys.exit(1 if counts["failed"] else 0)
+finish("check-deploy")
 PY
 # One line, so that bash reads nothing more of this file once the checks have run.
 status=0; "$python" "$script" "$@" || status=$?; exit "$status"

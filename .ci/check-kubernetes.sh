@@ -97,32 +97,10 @@ K8S_DIR = os.path.abspath(os.environ.get("K8S_DIR") or os.path.join(ROOT, "deplo
 VERSION = os.environ.get("KUBERNETES_VERSION") or "1.30.0"
 SHOWN_DIR = os.path.relpath(K8S_DIR, ROOT) if K8S_DIR.startswith(ROOT + os.sep) else K8S_DIR
 
-counts = {"passed": 0, "failed": 0, "skipped": 0}
-
-def section(title):
-    print(f"\n== {title}")
-
-def ok(msg):
-    counts["passed"] += 1
-    print(f"  ok    {msg}")
-
-def fail(msg):
-    counts["failed"] += 1
-    print(f"  FAIL  {msg}")
-
-def skip(msg):
-    counts["skipped"] += 1
-    print(f"  skip  {msg}")
-
-def note(msg):
-    print(f"        {msg}")
-
-def check(cond, good, bad):
-    if cond:
-        ok(good)
-    else:
-        fail(bad)
-    return bool(cond)
+# The reporting helpers every check script shares (.ci/report.py), not compiled into .ci/.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.getcwd(), ".ci"))
+from report import check, fail, finish, note, ok, section, skip  # noqa: E402
 
 def read(path):
     with open(path, encoding="utf-8") as f:
@@ -884,8 +862,7 @@ else:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-print(f"\ncheck-kubernetes: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
-sys.exit(1 if counts["failed"] else 0)
+finish("check-kubernetes")
 PY
 # One line, so that bash reads nothing more of this file once the checks have run.
 status=0; "$venv/bin/python" "$script" "$@" || status=$?; exit "$status"

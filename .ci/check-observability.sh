@@ -107,21 +107,10 @@ SEVERITIES = {"critical", "warning", "info"}
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 PROBE_LABELS = {"up": set()}  # Prometheus's own series the rules may use
 
-counts = {"passed": 0, "failed": 0}
-
-def section(title):
-    print(f"\n== {title}")
-
-def ok(msg):
-    counts["passed"] += 1
-    print(f"  ok    {msg}")
-
-def fail(msg):
-    counts["failed"] += 1
-    print(f"  FAIL  {msg}")
-
-def note(msg):
-    print(f"        {msg}")
+# The reporting helpers every check script shares (.ci/report.py), not compiled into .ci/.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.getcwd(), ".ci"))
+from report import fail, finish, note, ok, section  # noqa: E402
 
 def rel(path):
     return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
@@ -667,8 +656,7 @@ if check_metrics_rs(families):
     check_tests(rules)
     dashboard_used = check_dashboard(families)
     check_coverage(families, dashboard_used, rule_used)
-print(f"\ncheck-observability: {counts['passed']} passed, {counts['failed']} failed")
-sys.exit(1 if counts["failed"] else 0)
+finish("check-observability", skips=False)
 PY
 # One line, so that bash reads nothing more of this file once the checks have run.
 status=0; python3 "$script" || status=$?; exit "$status"
