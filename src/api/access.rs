@@ -66,43 +66,34 @@ pub fn span(request: &Request<Body>) -> Span {
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(address)| tracing::field::display(address));
+    // The request's span, at `target`, with the fields every request logs and `extra` ones.
+    macro_rules! request_span {
+        ($target:expr $(, $($extra:tt)+)?) => {
+            tracing::info_span!(
+                target: $target,
+                "request",
+                method = %request.method(),
+                route,
+                request_id = id,
+                client,
+                tenant = tracing::field::Empty,
+                key_id = tracing::field::Empty,
+                response_id = tracing::field::Empty,
+                $($($extra)+)?
+            )
+        };
+    }
     if !crate::telemetry::on() {
-        return tracing::info_span!(
-            "request",
-            method = %request.method(),
-            route,
-            request_id = id,
-            client,
-            tenant = tracing::field::Empty,
-            key_id = tracing::field::Empty,
-            response_id = tracing::field::Empty,
-        );
+        return request_span!(module_path!());
     }
     // Probes and scrapes are not traced (a trace every few seconds from each probe): their span
     // has a target the traces leave out.
     if is_probe(route) {
-        return tracing::info_span!(
-            target: PROBE_TARGET,
-            "request",
-            method = %request.method(),
-            route,
-            request_id = id,
-            client,
-            tenant = tracing::field::Empty,
-            key_id = tracing::field::Empty,
-            response_id = tracing::field::Empty,
-        );
+        return request_span!(PROBE_TARGET);
     }
     // With traces: named and typed as OpenTelemetry's HTTP server spans, in the client's trace.
-    let span = tracing::info_span!(
-        "request",
-        method = %request.method(),
-        route,
-        request_id = id,
-        client,
-        tenant = tracing::field::Empty,
-        key_id = tracing::field::Empty,
-        response_id = tracing::field::Empty,
+    let span = request_span!(
+        module_path!(),
         otel.name = %format_args!("{} {route}", request.method()),
         otel.kind = "server",
         http.request.method = %request.method(),

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::support::{Binary, ConfigFile, Database, FakeLlm, Output, Turn, serve};
+use crate::support::{
+    Binary, ConfigFile, Database, FakeLlm, Output, Turn, first_listed_key, serve,
+};
 
 #[test]
 fn check_config_layers_defaults_file_and_environment_and_hides_secrets() {
@@ -266,13 +268,7 @@ fn api_keys_are_made_listed_and_revoked_from_the_command_line() {
         !list.contains(&secret[10..]),
         "the secret is never listed: {list}"
     );
-    let id = list
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap();
+    let id = first_listed_key(&list);
     let Output {
         code, stdout: out, ..
     } = switchyard.run(&["keys", "revoke", id]);

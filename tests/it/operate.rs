@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{Binary, Database, FakeLlm, Instance, Turn, backends, read_sse};
+use crate::support::{
+    Binary, Database, FakeLlm, Instance, Turn, backends, first_listed_key, read_sse,
+};
 
 /// The log lines of the request with this id.
 fn lines_of(instance: &Instance, request_id: &str) -> Vec<String> {
@@ -81,13 +83,7 @@ async fn the_access_line_names_the_client_the_tenant_the_key_and_an_errors_code(
     assert_eq!(made.code, 0, "{}", made.stderr);
     let secret = made.stdout.trim().to_string();
     let listed = setup.run(&["keys", "list"]).stdout;
-    let key_id = listed
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap();
+    let key_id = first_listed_key(&listed);
     let instance = Binary::new()
         .database(&db.url)
         .upstream(&llm)

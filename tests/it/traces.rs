@@ -74,6 +74,20 @@ async fn stamp(
     "stamped".into()
 }
 
+/// A collector (`POST /v1/traces`) and an HTTP tool server (`POST /stamp`) on one port, and
+/// what they see.
+async fn collector_and_tool_server() -> (Shared, u16) {
+    let seen: Shared = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .route("/v1/traces", axum::routing::post(collect))
+        .route("/stamp", axum::routing::post(stamp))
+        .with_state(seen.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (seen, port)
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -108,14 +122,7 @@ fn attributes(span: &Span) -> HashMap<String, String> {
 #[tokio::test]
 async fn a_run_is_traced_in_the_clients_trace_with_its_turns_and_tool_calls_and_the_trace_goes_on_at_the_tool_server()
  {
-    let seen: Shared = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new()
-        .route("/v1/traces", axum::routing::post(collect))
-        .route("/stamp", axum::routing::post(stamp))
-        .with_state(seen.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (seen, port) = collector_and_tool_server().await;
 
     // An MCP server over streamable HTTP (the official Python SDK), which records the
     // `traceparent` of its call's `_meta`.
@@ -290,14 +297,7 @@ async fn a_run_is_traced_in_the_clients_trace_with_its_turns_and_tool_calls_and_
 
 #[tokio::test]
 async fn without_a_collector_configured_nothing_is_sent_and_no_traceparent_goes_to_tools() {
-    let seen: Shared = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new()
-        .route("/v1/traces", axum::routing::post(collect))
-        .route("/stamp", axum::routing::post(stamp))
-        .with_state(seen.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (seen, port) = collector_and_tool_server().await;
     let llm = FakeLlm::start().await.unwrap();
     llm.push(Turn::tool_call("call_1", "stamp", "{}"));
     llm.push(Turn::text("done"));
@@ -330,13 +330,7 @@ async fn without_a_collector_configured_nothing_is_sent_and_no_traceparent_goes_
 
 #[tokio::test]
 async fn at_a_sample_ratio_of_zero_a_run_without_a_clients_trace_is_not_sent() {
-    let seen: Shared = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new()
-        .route("/v1/traces", axum::routing::post(collect))
-        .with_state(seen.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (seen, port) = collector_and_tool_server().await;
     let llm = FakeLlm::start().await.unwrap();
     let file = ConfigFile::new(&format!(
         "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\nsample_ratio = 0.0\n"

@@ -46,6 +46,15 @@ pub struct Binary {
     current_dir: Option<PathBuf>,
 }
 
+/// The id of the first key `switchyard keys list` printed (`list`: its output; the first line
+/// is the header, each key's line starts with its id).
+pub fn first_listed_key(list: &str) -> &str {
+    list.lines()
+        .nth(1)
+        .and_then(|line| line.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no key in the list:\n{list}"))
+}
+
 /// What a command printed, and how it exited.
 pub struct Output {
     /// The exit code (-1 when a signal ended it).

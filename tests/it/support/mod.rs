@@ -17,7 +17,7 @@ pub use audit::{
     assert_numbering, assert_response_keys, audit_log, describe, is_pause, is_terminal,
 };
 pub use backends::{Database, backends, run_sql};
-pub use binary::{Binary, ConfigFile, Instance, Output};
+pub use binary::{Binary, ConfigFile, Instance, Output, first_listed_key};
 pub use fake_llm::{FakeLlm, Step, Turn};
 pub use sse::{
     Sse, SseEvent, assert_items_do_not_interleave, done_items, parse_sse, read_sse, read_until_cut,
