@@ -322,7 +322,9 @@ class Services:
             }
         )
         self.env = env
-        # A key of its own (SPEC §2: every /v1 request needs one), made as an operator would.
+        # A key of its own (SPEC §2: every /v1 request needs one), made as an operator would:
+        # the database first (`keys` never makes one).
+        self._command("migrate")
         self.api_key = self.create_key("compat", "suite")
         switchyard = self._spawn([str(binary("SWITCHYARD_BIN", "switchyard"))], self.switchyard_log, env)
         self.base_url = f"http://127.0.0.1:{port}"
@@ -339,30 +341,25 @@ class Services:
                 raise self._failed_start("switchyard did not answer GET /readyz with 200 in time")
             time.sleep(0.05)
 
+    def _command(self, *args: str) -> bytes:
+        """`switchyard ARGS…` with the environment switchyard runs with (its database); its
+        standard output."""
+        done = subprocess.run(
+            [str(binary("SWITCHYARD_BIN", "switchyard")), *args],
+            env=self.env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            timeout=STARTUP_TIMEOUT_S,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"switchyard {' '.join(args)} failed: {done.stderr.decode(errors='replace')}")
+        return done.stdout
+
     def create_key(self, tenant: str, name: str) -> str:
-        """An API key of `tenant`, made as an operator makes one: `switchyard migrate` (`keys`
-        never makes a database), then `switchyard keys create`, with the environment switchyard
-        runs with (its database)."""
-        migrated = subprocess.run(
-            [str(binary("SWITCHYARD_BIN", "switchyard")), "migrate"],
-            env=self.env,
-            cwd=REPO_ROOT,
-            capture_output=True,
-            timeout=STARTUP_TIMEOUT_S,
-        )
-        if migrated.returncode != 0:
-            raise RuntimeError(f"switchyard migrate failed: {migrated.stderr.decode(errors='replace')}")
-        made = subprocess.run(
-            [str(binary("SWITCHYARD_BIN", "switchyard")), "keys", "create", "--tenant", tenant, "--name", name],
-            env=self.env,
-            cwd=REPO_ROOT,
-            capture_output=True,
-            timeout=STARTUP_TIMEOUT_S,
-        )
-        if made.returncode != 0:
-            raise RuntimeError(f"switchyard keys create failed: {made.stderr.decode(errors='replace')}")
-        key = made.stdout.decode().strip()
-        assert key and "\n" not in key, f"unexpected output of keys create: {made.stdout!r}"
+        """An API key of `tenant`, made as an operator makes one: `switchyard keys create`."""
+        made = self._command("keys", "create", "--tenant", tenant, "--name", name)
+        key = made.decode().strip()
+        assert key and "\n" not in key, f"unexpected output of keys create: {made!r}"
         return key
 
     def stop(self) -> None:
